@@ -1,0 +1,246 @@
+"""Turn every log file into rows of the events frame, in parallel over files.
+
+Each worker reads one file whole, lets the scanner find the hit lines, rebuilds tracebacks and
+torchrun summaries only around those hits, and returns plain rows; the frame is built once at the end.
+Rows carry every identity a line has (prefix rank, local rank, srun task, host, file-layout rank) side
+by side: reconciling them is ranks.py's job, not guessed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import regex
+
+from diagnose.discover import LogFile
+from diagnose.prefixes import EMPTY, Prefix, split_prefix
+from diagnose.readers import read_log
+from diagnose.scan import Hit, Scanner
+from diagnose.timestamps import from_epoch, parse_time
+from diagnose.tracebacks import parse_error_json, parse_failures, parse_traceback
+
+MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
+CENSUS_BYTES = 1 << 18
+_CENSUS = regex.compile(rb"(?m)^[ \t]{0,6}(?:(\d{1,6}): )?(?:\[([A-Za-z_]+?)(\d{1,6})\]:)?(?:\[rank(\d{1,7})\]:)?")
+
+SCHEMA: dict[str, Any] = {
+    "file": pl.Utf8,
+    "line": pl.Int64,
+    "kind": pl.Utf8,  # pattern | traceback | exit | error_json
+    "pattern": pl.Utf8,
+    "rank": pl.Int64,  # global rank from the line itself ([rankN], "Rank N" in the message)
+    "file_rank": pl.Int64,  # global rank from the manifest
+    "local_rank": pl.Int64,
+    "task": pl.Int64,  # srun --label task id
+    "host": pl.Utf8,
+    "run_dir": pl.Utf8,
+    "attempt": pl.Int64,
+    "stream": pl.Utf8,
+    "ts": pl.Datetime("us"),
+    "text": pl.Utf8,
+    "exception": pl.Utf8,  # tracebacks / error.json: the exception line
+    "exception_line": pl.Int64,
+    "code_file": pl.Utf8,  # innermost user frame of a traceback
+    "code_line": pl.Int64,
+    "exitcode": pl.Int64,
+    "signal": pl.Utf8,
+    "torchrun_root": pl.Boolean,
+    "fields": pl.Utf8,  # JSON of the pattern's named groups
+}
+
+
+@dataclass(frozen=True)
+class FileResult:
+    rows: list[dict[str, Any]]
+    census: set[tuple[int | None, int | None, int | None]]  # (task, local_rank, rank) seen in prefixes
+    size: int
+    warnings: tuple[str, ...]
+    year: int | None
+
+
+def _base_row(file: LogFile, display: str, line: int, prefix: Prefix) -> dict[str, Any]:
+    return {
+        "file": display,
+        "line": line,
+        "rank": prefix.rank,
+        "file_rank": file.rank,
+        "local_rank": prefix.local_rank if prefix.local_rank is not None else file.local_rank,
+        "task": prefix.task,
+        "host": prefix.host or file.host,
+        "run_dir": file.run_dir,
+        "attempt": file.attempt,
+        "stream": file.stream,
+    }
+
+
+def _field_rank(fields: dict[str, str]) -> int | None:
+    value = fields.get("rank")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict[str, Any]]:
+    ts = parse_time(hit.text, year) or (parse_time(hit.prefix.time, year) if hit.prefix.time else None)
+    rows = []
+    for pattern_id, fields in hit.fields:
+        row = _base_row(file, display, hit.line_no, hit.prefix)
+        if row["rank"] is None:
+            row["rank"] = _field_rank(fields)
+        if row["host"] is None and fields.get("host"):
+            row["host"] = fields["host"]
+        row.update(kind="pattern", pattern=pattern_id, ts=ts, text=hit.text[:MAX_TEXT], fields=json.dumps(fields))
+        rows.append(row)
+    return rows
+
+
+def _traceback_rows(file: LogFile, display: str, data: bytes, hit: Hit) -> list[dict[str, Any]]:
+    tb = parse_traceback(data, hit.start, hit.line_no, hit.prefix)
+    frame = tb.user_frame
+    row = _base_row(file, display, hit.line_no, hit.prefix)
+    row.update(
+        kind="traceback",
+        text=hit.text[:MAX_TEXT],
+        exception=tb.exception[:MAX_TEXT] if tb.exception else None,
+        exception_line=tb.exception_line,
+        code_file=frame.path if frame else None,
+        code_line=frame.line if frame else None,
+        fields=json.dumps({"exc_type": tb.exc_type or "", "chained": str(tb.chained).lower()}),
+    )
+    return [row]
+
+
+def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) -> list[dict[str, Any]]:
+    rows = []
+    for record in parse_failures(data, hit.start, hit.line_no, hit.prefix):
+        row = _base_row(file, display, record.line, hit.prefix)
+        row.update(
+            kind="exit",
+            rank=record.rank,
+            local_rank=record.local_rank,
+            host=record.host or row["host"],
+            ts=parse_time(record.time or "", year),
+            text=f"exitcode {record.exitcode}" + (f" ({record.signal})" if record.signal else ""),
+            exitcode=record.exitcode,
+            signal=record.signal,
+            torchrun_root=record.torchrun_root,
+        )
+        rows.append(row)
+    return rows
+
+
+def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
+    seen = set()
+    for part in (data[:CENSUS_BYTES], data[-CENSUS_BYTES:]):
+        for task, role, local, rank in _CENSUS.findall(part):
+            if role == b"rank":  # a bare [rankN]: is a global rank, not a torchrun role
+                local, rank = b"", local
+            if task or local or rank:
+                seen.add((int(task) if task else None, int(local) if local else None, int(rank) if rank else None))
+    return seen
+
+
+def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin: bytes | None = None) -> FileResult:
+    read = read_log(file.path, stdin)
+    if file.kind == "error_json":
+        return _ingest_error_json(file, display, read.data, read.size, read.warnings, scanner)
+    data = read.data
+    rows: list[dict[str, Any]] = []
+    seen_keys: set[tuple[int, tuple[object, ...]]] = set()
+    for hit in scanner.scan(data):
+        rows.extend(_pattern_rows(file, display, hit, year))
+        if "traceback" in hit.pattern_ids:
+            rows.extend(_traceback_rows(file, display, data, hit))
+        if "child-failed" in hit.pattern_ids:
+            block = (0, hit.prefix.stream_key)
+            if not any(k[1] == block[1] and hit.line_no - k[0] < 40 for k in seen_keys):
+                seen_keys.add((hit.line_no, hit.prefix.stream_key))
+                rows.extend(_exit_rows(file, display, data, hit, year))
+    file_year = next((r["ts"].year for r in rows if r.get("ts") is not None), None)
+    return FileResult(rows, _census(data), read.size, read.warnings, file_year)
+
+
+def _ingest_error_json(
+    file: LogFile, display: str, data: bytes, size: int, warnings: tuple[str, ...], scanner: Scanner
+) -> FileResult:
+    parsed = parse_error_json(data) if data else None
+    if parsed is None:
+        note = () if not data else (f"{display}: not a torchelastic error.json; skipped",)
+        return FileResult([], set(), size, warnings + note, None)
+    row = _base_row(file, display, 1, EMPTY)
+    exception = parsed.exception.splitlines()[-1].strip() if parsed.exception.strip() else None
+    code_file = code_line = None
+    if parsed.traceback:
+        callstack = parsed.traceback.encode()
+        tb = parse_traceback(callstack, 0, 1, split_prefix(parsed.traceback.split("\n", 1)[0])[0])
+        if tb.user_frame is not None:
+            code_file, code_line = tb.user_frame.path, tb.user_frame.line
+    row.update(
+        kind="error_json",
+        ts=from_epoch(parsed.timestamp) if parsed.timestamp else None,
+        text=exception,
+        exception=exception,
+        code_file=code_file,
+        code_line=code_line,
+    )
+    rows = [row]
+    if exception:
+        hit = scanner.match_line(exception)
+        if hit is not None:
+            for pattern_id, fields in hit.fields:
+                rows.append({**row, "kind": "pattern", "pattern": pattern_id, "fields": json.dumps(fields)})
+    return FileResult(rows, set(), size, warnings, None)
+
+
+def _display_names(files: Iterable[LogFile], roots: list[str]) -> dict[Path, str]:
+    names = {}
+    for file in files:
+        shown = str(file.path)
+        for root in roots:
+            root_path = Path(root)
+            if root_path.is_dir():
+                try:
+                    shown = file.path.relative_to(root_path).as_posix()
+                    break
+                except ValueError:
+                    continue
+        names[file.path] = shown
+    return names
+
+
+@dataclass(frozen=True)
+class Ingested:
+    events: pl.DataFrame
+    census: set[tuple[int | None, int | None, int | None]]
+    files: int
+    bytes: int
+    warnings: tuple[str, ...]
+
+
+def ingest(
+    files: list[LogFile], roots: list[str], scanner: Scanner, stdin: bytes | None = None, workers: int | None = None
+) -> Ingested:
+    names = _display_names(files, roots)
+    year = datetime.now().year
+    for file in files:  # glog omits the year: take the newest file's year as the job's
+        try:
+            year = datetime.fromtimestamp(file.path.stat().st_mtime).year
+            break
+        except OSError:
+            continue
+    jobs = workers or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(
+            pool.map(lambda f: ingest_file(f, names[f.path], scanner, year, stdin if str(f.path) == "-" else None), files)
+        )
+    rows = [row for result in results for row in result.rows]
+    frame = pl.DataFrame([{key: row.get(key) for key in SCHEMA} for row in rows], schema=SCHEMA)
+    census = set().union(*(r.census for r in results)) if results else set()
+    warnings = tuple(w for r in results for w in r.warnings)
+    return Ingested(frame, census, len(files), sum(r.size for r in results), warnings)

@@ -1,0 +1,201 @@
+"""Load and validate the failure-signature library (patterns/<category>/<id>.toml).
+
+The pattern file format is a public contract (README "Pattern files"): users keep their own
+directories next to ours, so every problem is reported with the file and the field at fault instead
+of failing somewhere deep in the scanner.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import regex
+
+from diagnose.model import CATEGORIES, ROLES
+
+PATTERN_FORMAT = 1
+SEVERITIES = ("critical", "error", "warning", "info")
+_ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+_REQUIRED = ("id", "title", "category", "role", "regex")
+_KNOWN = {
+    "format",
+    "id",
+    "aliases",
+    "title",
+    "category",
+    "subcategory",
+    "severity",
+    "role",
+    "regex",
+    "priority",
+    "extracts",
+    "explanation",
+    "fixes",
+    "docs",
+    "examples",
+}
+
+
+class PatternError(ValueError):
+    """A pattern file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Example:
+    text: str
+    should_match: bool
+    expect: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Pattern:
+    id: str
+    title: str
+    category: str
+    role: str
+    regex: str
+    compiled: Any
+    path: str
+    subcategory: str | None = None
+    severity: str = "error"
+    priority: int = 50
+    aliases: tuple[str, ...] = ()
+    extracts: tuple[str, ...] = ()
+    explanation: str = ""
+    fixes: tuple[str, ...] = ()
+    docs: tuple[str, ...] = ()
+    examples: tuple[Example, ...] = ()
+
+    def fields(self, text: str) -> dict[str, str] | None:
+        """Named groups of the first match in a prefix-stripped line, or None when it does not match."""
+        found = self.compiled.search(text)
+        if found is None:
+            return None
+        return {k: v for k, v in found.groupdict().items() if v is not None}
+
+
+def builtin_dir() -> Path:
+    """The shipped library: patterns/ is a package so it travels inside the wheel."""
+    import patterns
+
+    return Path(patterns.__file__).parent
+
+
+def pattern_dirs(extra: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """Built-in library first, then DIAGNOSE_PATTERNS (os.pathsep-separated), then --patterns DIRs."""
+    dirs = [builtin_dir()]
+    env = os.environ.get("DIAGNOSE_PATTERNS", "")
+    dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs += [Path(p) for p in extra]
+    return dirs
+
+
+def load_patterns(dirs: Iterable[Path]) -> list[Pattern]:
+    """Every pattern under the given directories; a later directory's id overrides an earlier one."""
+    by_id: dict[str, Pattern] = {}
+    for directory in dirs:
+        if not directory.is_dir():
+            raise PatternError(f"{directory}: pattern directory not found")
+        for path in sorted(directory.rglob("*.toml")):
+            pattern = load_pattern_file(path)
+            by_id[pattern.id] = pattern
+    return sorted(by_id.values(), key=lambda p: p.id)
+
+
+def load_pattern_file(path: Path) -> Pattern:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise PatternError(f"{path}: cannot read pattern file: {exc}") from exc
+    return parse_pattern(data, str(path))
+
+
+def parse_pattern(data: dict[str, Any], path: str) -> Pattern:
+    def fail(message: str) -> PatternError:
+        return PatternError(f"{path}: {message}")
+
+    missing = [key for key in _REQUIRED if key not in data]
+    if missing:
+        raise fail(f"missing required field(s): {', '.join(missing)}")
+    unknown = sorted(set(data) - _KNOWN)
+    if unknown:
+        raise fail(f"unknown field(s): {', '.join(unknown)} (known: {', '.join(sorted(_KNOWN))})")
+    if data.get("format", PATTERN_FORMAT) != PATTERN_FORMAT:
+        raise fail(f"format {data['format']!r} is not supported (this version reads format {PATTERN_FORMAT})")
+    pattern_id = data["id"]
+    if not isinstance(pattern_id, str) or not pattern_id or not set(pattern_id) <= _ID_CHARS:
+        raise fail(f"id {pattern_id!r} must be kebab-case (a-z, 0-9, -)")
+    if Path(path).suffix == ".toml" and Path(path).stem != pattern_id:
+        raise fail(f"id {pattern_id!r} must equal the file name stem {Path(path).stem!r}")
+    if data["category"] not in CATEGORIES:
+        raise fail(f"category {data['category']!r} is not one of {', '.join(CATEGORIES)}")
+    if data["role"] not in ROLES:
+        raise fail(f"role {data['role']!r} is not one of {', '.join(ROLES)}")
+    severity = data.get("severity", "error")
+    if severity not in SEVERITIES:
+        raise fail(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
+    compiled = compile_portable(data["regex"], fail)
+    extracts = tuple(data.get("extracts", ()))
+    unknown_groups = [name for name in extracts if name not in compiled.groupindex]
+    if unknown_groups:
+        raise fail(f"extracts name(s) with no named group in regex: {', '.join(unknown_groups)}")
+    return Pattern(
+        id=pattern_id,
+        title=str(data["title"]),
+        category=data["category"],
+        role=data["role"],
+        regex=data["regex"],
+        compiled=compiled,
+        path=path,
+        subcategory=data.get("subcategory"),
+        severity=severity,
+        priority=int(data.get("priority", 50)),
+        aliases=tuple(data.get("aliases", ())),
+        extracts=extracts,
+        explanation=str(data.get("explanation", "")).strip(),
+        fixes=tuple(str(f) for f in data.get("fixes", ())),
+        docs=tuple(str(d) for d in data.get("docs", ())),
+        examples=tuple(_parse_examples(data.get("examples", []), fail)),
+    )
+
+
+_FORBIDDEN = ("(?=", "(?!", "(?<=", "(?<!", "\\1", "\\2", "(?>", "*+", "++", "?+")
+
+
+def compile_portable(expression: Any, fail: Any) -> Any:
+    """Compile with `regex`, refusing what the byte-level prefilter and polars' Rust engine cannot run."""
+    if not isinstance(expression, str) or not expression:
+        raise fail("regex must be a non-empty string")
+    for token in _FORBIDDEN:
+        if token in expression:
+            raise fail(
+                f"regex uses {token!r}: look-around, back-references and possessive forms are not allowed"
+            )
+    try:
+        return regex.compile(expression, regex.VERSION0)
+    except regex.error as exc:
+        raise fail(f"regex does not compile: {exc}") from exc
+
+
+def _parse_examples(raw: Any, fail: Any) -> list[Example]:
+    if not isinstance(raw, list):
+        raise fail("examples must be an array of tables ([[examples]])")
+    examples = []
+    for index, item in enumerate(raw):
+        has_match, has_not = "must_match" in item, "must_not_match" in item
+        if has_match == has_not:
+            raise fail(f"examples[{index}] needs exactly one of must_match / must_not_match")
+        text = item["must_match"] if has_match else item["must_not_match"]
+        expect = item.get("expect", {})
+        if not isinstance(text, str) or not isinstance(expect, dict):
+            raise fail(f"examples[{index}] must hold a string and an optional expect table")
+        examples.append(
+            Example(text, has_match, {k: str(v) for k, v in expect.items()}, item.get("source", ""))
+        )
+    return examples

@@ -1,0 +1,83 @@
+"""Strip the prefixes launchers put in front of each line, keeping what they say about the writer.
+
+Real lines stack several prefixes (`0: [default1]:[rank1]: Traceback ...` from srun --label, torchrun
+--tee and torch's own rank prefix). Each prefix carries a different identity: srun's is a task id,
+torchrun's `[defaultN]` a LOCAL rank, `[rankN]` a GLOBAL rank, pdsh/DeepSpeed and Ray a host. Mixing
+them up is the classic way to blame the wrong rank, so they are kept apart here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+_SRUN_LABEL = regex.compile(r"\s{0,6}(\d{1,6}): ")
+_RANK = regex.compile(r"\[rank(\d{1,7})\]: ?")
+_ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
+_RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
+_NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
+_HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
+_NCCL_HEADER = regex.compile(r"([\w.-]{1,63}):(\d+):\d+ \[(\d+)\] ")
+_DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
+_MAX_STACK = 6
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """Identity a line's prefixes revealed; None where the prefix said nothing about it."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    task: int | None = None
+    host: str | None = None
+    level: str | None = None
+    time: str | None = None
+
+    @property
+    def stream_key(self) -> tuple[object, ...]:
+        """Lines with equal keys came from the same writer; used to untangle interleaved tracebacks."""
+        return (self.rank, self.local_rank, self.task, self.host)
+
+
+EMPTY = Prefix()
+
+
+def _looks_like_host(token: str) -> bool:
+    # Exception types and module paths also end in ": "; hostnames are lower-case and carry a digit,
+    # a dot or a hyphen (node001, gpu-a-12, 10.0.0.2, worker-1).
+    return any(c.isdigit() or c in ".-" for c in token) and not token.endswith(".")
+
+
+def split_prefix(line: str) -> tuple[Prefix, str]:
+    """Return the identity the line's prefixes carry and the text behind them."""
+    rank = local_rank = task = None
+    host = level = time = None
+    pos = 0
+    for _ in range(_MAX_STACK):
+        if (m := _RANK.match(line, pos)) is not None:
+            rank = int(m.group(1)) if rank is None else rank
+        elif (m := _ROLE.match(line, pos)) is not None:
+            local_rank = int(m.group(2)) if local_rank is None else local_rank
+        elif pos == 0 and (m := _SRUN_LABEL.match(line, pos)) is not None:
+            task = int(m.group(1))
+        elif (m := _RAY.match(line, pos)) is not None:
+            host = host or m.group(2)
+        elif (m := _NEMO.match(line, pos)) is not None:
+            level, time = m.group(1), m.group(2)
+        elif (m := _NCCL_HEADER.match(line, pos)) is not None:
+            host = host or m.group(1)
+        elif (m := _DMESG.match(line, pos)) is not None:
+            pass
+        elif (m := _HOST.match(line, pos)) is not None and _looks_like_host(m.group(1)):
+            host = host or m.group(1)
+        else:
+            break
+        pos = m.end()
+    if pos == 0:
+        return EMPTY, line
+    return Prefix(rank, local_rank, task, host, level, time), line[pos:]
+
+
+def strip_prefix(line: str) -> str:
+    return split_prefix(line)[1]

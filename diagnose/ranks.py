@@ -1,0 +1,98 @@
+"""Reconcile the identities each line carries into one GLOBAL rank, or say it is unknown.
+
+Sources, most trusted first: the line's own `[rankN]` prefix or "Rank N" in the message; the launcher
+manifest; torchrun's failure summary (`rank : 6 (local_rank: 2)`); what other lines of the same file
+or the same (srun task, local rank) stream revealed; and only then arithmetic (node index x ranks per
+node + local rank), which is marked as inferred. A single-node job is the one case where a local rank
+is the global rank.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import polars as pl
+
+Census = set[tuple[int | None, int | None, int | None]]
+
+
+@dataclass(frozen=True)
+class RankMap:
+    """How (srun task or torchrun run dir, local rank) pairs map to global ranks in this job."""
+
+    stream: dict[tuple[object, int], int]
+    nodes: tuple[object, ...]
+    per_node: int | None
+    single_node: bool
+
+
+def _node_key(task: int | None, run_dir: str | None) -> object:
+    return ("task", task) if task is not None else ("dir", run_dir) if run_dir is not None else None
+
+
+def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
+    votes: dict[tuple[object, int], Counter[int]] = {}
+
+    def vote(node: object, local: int | None, rank: int | None) -> None:
+        if node is not None and local is not None and rank is not None:
+            votes.setdefault((node, local), Counter())[rank] += 1
+
+    for task, local, rank in census:
+        vote(_node_key(task, None), local, rank)
+    for row in events.select("task", "run_dir", "local_rank", "rank", "file_rank").iter_rows(named=True):
+        vote(_node_key(row["task"], row["run_dir"]), row["local_rank"], row["rank"] if row["rank"] is not None
+             else row["file_rank"])
+    stream = {key: counter.most_common(1)[0][0] for key, counter in votes.items()}
+    nodes = {_node_key(r["task"], r["run_dir"]) for r in events.select("task", "run_dir").iter_rows(named=True)}
+    nodes |= {_node_key(task, None) for task, _, _ in census if task is not None}
+    nodes.discard(None)
+    locals_seen = [v for v in events.get_column("local_rank").drop_nulls().to_list()]
+    locals_seen += [local for _, local, _ in census if local is not None]
+    per_node = max(locals_seen) + 1 if locals_seen else None
+    ranks_seen = events.get_column("rank").drop_nulls().to_list() + [r for _, _, r in census if r is not None]
+    single = len(nodes) <= 1 and (per_node is None or not ranks_seen or max(ranks_seen) < per_node)
+    return RankMap(stream, tuple(sorted(nodes, key=str)), per_node, single)
+
+
+def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, RankMap]:
+    """Add `grank` (resolved global rank) and `rank_inferred` columns."""
+    mapping = build_rank_map(events, census)
+    # Per-rank files: one writer per (run_dir, local_rank) file group, so one rank for all its rows.
+    group_rank: dict[tuple[str, int], Counter[int]] = {}
+    for row in events.filter(pl.col("run_dir").is_not_null()).iter_rows(named=True):
+        rank = row["rank"] if row["rank"] is not None else row["file_rank"]
+        if rank is not None and row["local_rank"] is not None and row["task"] is None and row["kind"] != "exit":
+            group_rank.setdefault((row["run_dir"], row["local_rank"]), Counter())[rank] += 1
+    resolved: list[int | None] = []
+    inferred: list[bool] = []
+    for row in events.iter_rows(named=True):
+        rank, guessed = _resolve(row, mapping, group_rank)
+        resolved.append(rank)
+        inferred.append(guessed)
+    frame = events.with_columns(
+        pl.Series("grank", resolved, dtype=pl.Int64), pl.Series("rank_inferred", inferred, dtype=pl.Boolean)
+    )
+    return frame, mapping
+
+
+def _resolve(row: dict[str, object], mapping: RankMap, group_rank: dict[tuple[str, int], Counter[int]]) -> tuple[int | None, bool]:
+    if row["rank"] is not None:
+        return row["rank"], False  # type: ignore[return-value]
+    if row["file_rank"] is not None:
+        return row["file_rank"], False  # type: ignore[return-value]
+    local = row["local_rank"]
+    if local is None:
+        return None, False
+    if row["run_dir"] is not None and row["task"] is None:
+        counter = group_rank.get((row["run_dir"], local))  # type: ignore[arg-type]
+        if counter:
+            return counter.most_common(1)[0][0], False
+    node = _node_key(row["task"], row["run_dir"])  # type: ignore[arg-type]
+    if (node, local) in mapping.stream:
+        return mapping.stream[(node, local)], False
+    if mapping.single_node:
+        return local, False  # type: ignore[return-value]
+    if node is not None and node[0] == "task" and mapping.per_node:
+        return node[1] * mapping.per_node + local, True  # type: ignore[operator]
+    return None, False

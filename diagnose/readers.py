@@ -1,0 +1,89 @@
+"""Read one log file whatever state it is in, never failing the whole analysis.
+
+Real inputs are compressed by log rotation, truncated by a dying node, padded with NUL blocks after a
+crash, still being written, unreadable for permission reasons, or not logs at all. Each case becomes a
+warning the report shows, plus whatever text could be recovered.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_DECOMPRESSED = 4 << 30  # refuse decompression bombs; a real rank log is far smaller
+_BINARY_SAMPLE = 1 << 16
+_MAGIC = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+
+
+@dataclass(frozen=True)
+class FileData:
+    path: str
+    data: bytes
+    size: int
+    warnings: tuple[str, ...] = ()
+
+
+def _compression(head: bytes) -> str | None:
+    return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+
+
+def _decompress(raw: bytes, kind: str) -> bytes:
+    if kind == "gzip":
+        inflater = zlib.decompressobj(wbits=47)  # gzip or zlib header, concatenated members below
+        out = inflater.decompress(raw, MAX_DECOMPRESSED)
+        if inflater.unconsumed_tail:
+            raise ValueError("decompressed size exceeds the 4 GiB limit")
+        return out if not inflater.unused_data else out + gzip.decompress(inflater.unused_data)
+    if kind == "bzip2":
+        return bz2.BZ2Decompressor().decompress(raw, MAX_DECOMPRESSED)
+    if kind == "xz":
+        return lzma.LZMADecompressor().decompress(raw, MAX_DECOMPRESSED)
+    raise ValueError(f"{kind} compression is not supported; decompress it first (e.g. `zstd -d`)")
+
+
+def _looks_binary(data: bytes) -> bool:
+    sample = data[:_BINARY_SAMPLE]
+    if not sample:
+        return False
+    # Crash-truncated logs carry NUL runs, so only a file mostly made of control bytes is binary.
+    control = sum(sample.count(bytes([b])) for b in range(32) if b not in (9, 10, 13, 27))
+    return control > len(sample) * 0.3
+
+
+def read_log(path: Path, stdin_data: bytes | None = None) -> FileData:
+    """Bytes ready to scan (decompressed, NUL runs kept) plus what went wrong, as warnings."""
+    name = str(path)
+    warnings: list[str] = []
+    if stdin_data is not None:
+        raw = stdin_data
+    else:
+        try:
+            raw = path.read_bytes()  # size at open time: a file still being written is read as it stands
+        except OSError as exc:
+            return FileData(name, b"", 0, (f"{name}: cannot read ({exc.strerror or exc})",))
+    size = len(raw)
+    kind = _compression(raw[:8])
+    if kind is not None:
+        try:
+            raw = _decompress(raw, kind)
+        except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
+            return FileData(name, b"", size, (f"{name}: {kind} data could not be decompressed ({exc})",))
+    if not raw:
+        return FileData(name, b"", size, (f"{name}: empty file",) if stdin_data is None else ())
+    if _looks_binary(raw):
+        return FileData(name, b"", size, (f"{name}: looks binary, not a text log; skipped",))
+    if b"\x00" in raw:
+        warnings.append(f"{name}: contains NUL bytes (a crash or truncation); read around them")
+        raw = raw.replace(b"\x00", b"")
+    if not raw.endswith(b"\n"):
+        raw += b"\n"  # last line cut mid-write still counts as a line
+    return FileData(name, raw, size, tuple(warnings))

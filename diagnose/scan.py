@@ -1,0 +1,149 @@
+"""Find the few lines that matter in a whole file at once, then match patterns on those lines only.
+
+A Python loop over every line was measured 40-90x slower than ripgrep (shared/reference/performance.md);
+one compiled multi-pattern scan over the raw bytes runs near ripgrep's speed. So hyperscan scans the
+whole buffer for every pattern at once, and only the hit lines are decoded, prefix-stripped and matched
+with the exact `regex` pattern (which also yields the named fields). Without hyperscan (a platform with
+no wheel) the same prefilter runs through `regex`, slower but with identical results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import regex
+
+from diagnose.patterns import Pattern, PatternError
+from diagnose.prefixes import Prefix, split_prefix
+
+try:  # optional speed-up; results are identical without it
+    import hyperscan
+except ImportError:  # pragma: no cover - exercised only where no wheel exists
+    hyperscan = None
+
+# Structural anchors: lines the parsers need even when no signature names them.
+# Anchors and pattern regexes must not use ^ (except a leading one) or $: the prefilter sees raw lines
+# that still carry launcher prefixes.
+ANCHORS = {
+    "traceback": r"Traceback \(most recent call last\)",
+    "child-failed": r"Root Cause \(first observed failure\)|ChildFailedError",
+}
+
+_GROUP_NAME = regex.compile(r"\(\?P<[A-Za-z_]\w*>")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One line that matched at least one pattern (or anchor)."""
+
+    line_no: int  # 1-based
+    start: int  # byte offset of the line in the file
+    raw: str
+    prefix: Prefix
+    text: str
+    pattern_ids: tuple[str, ...]
+    fields: tuple[tuple[str, dict[str, str]], ...]
+
+
+def _prefilter_expression(expression: str) -> str:
+    # Hyperscan ignores captures but rejects Python's named-group syntax; a leading ^ must go because
+    # the raw line still carries launcher prefixes that the exact match strips first.
+    expression = _GROUP_NAME.sub("(", expression)
+    return expression[1:] if expression.startswith("^") else expression
+
+
+def _compile_database(expressions: list[str], names: list[str]) -> object:
+    def build(items: list[str]) -> object:
+        database = hyperscan.Database()
+        database.compile(
+            expressions=[e.encode() for e in items],
+            ids=list(range(len(items))),
+            elements=len(items),
+            flags=[0] * len(items),
+        )
+        return database
+
+    try:
+        return build(expressions)
+    except hyperscan.error:
+        for name, expression in zip(names, expressions, strict=True):
+            try:
+                build([expression])
+            except hyperscan.error as exc:
+                raise PatternError(
+                    f"pattern {name!r}: the prefilter cannot compile its regex: {exc}"
+                ) from exc
+        raise
+
+
+class Scanner:
+    """Compiled once per pattern set; `scan` is safe to call from several threads."""
+
+    def __init__(self, patterns: Sequence[Pattern], anchors: dict[str, str] | None = None) -> None:
+        self.patterns = {p.id: p for p in patterns}
+        self.anchors = dict(ANCHORS if anchors is None else anchors)
+        self._names = list(self.patterns) + list(self.anchors)
+        expressions = [_prefilter_expression(p.regex) for p in patterns]
+        expressions += [_prefilter_expression(a) for a in self.anchors.values()]
+        self._database = None
+        if hyperscan is not None:
+            self._database = _compile_database(expressions, self._names)
+        self._fallback = [regex.compile(e.encode("utf-8")) for e in expressions]
+
+    def _raw_hits(self, data: bytes) -> dict[int, set[int]]:
+        """Map line-end offsets of matching lines to the indexes of the expressions that hit them."""
+        ends: list[tuple[int, int]] = []
+        if self._database is not None:
+
+            def on_match(index: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+                ends.append((end, index))
+
+            self._database.scan(data, match_event_handler=on_match)
+        else:
+            for index, expression in enumerate(self._fallback):
+                ends.extend((m.end(), index) for m in expression.finditer(data))
+        by_line: dict[int, set[int]] = {}
+        for end, index in ends:
+            line_start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1 if end else 0
+            by_line.setdefault(line_start, set()).add(index)
+        return by_line
+
+    def scan(self, data: bytes) -> list[Hit]:
+        """Every line of `data` that an expression hits, in file order, with exact pattern matches."""
+        by_line = self._raw_hits(data)
+        hits: list[Hit] = []
+        line_no, counted_to = 1, 0
+        for start in sorted(by_line):
+            line_no += data.count(b"\n", counted_to, start)
+            counted_to = start
+            end = data.find(b"\n", start)
+            raw = data[start : end if end >= 0 else len(data)].decode("utf-8", "replace").rstrip("\r")
+            hit = self.match_line(raw, line_no=line_no, start=start, indexes=by_line[start])
+            if hit is not None:
+                hits.append(hit)
+        return hits
+
+    def match_line(
+        self, raw: str, *, line_no: int = 1, start: int = 0, indexes: set[int] | None = None
+    ) -> Hit | None:
+        """The exact match of one line; production and the pattern-example tests both come here."""
+        if indexes is None:
+            indexes = set(self._raw_hits(raw.encode("utf-8")).get(0, set()))
+        prefix, text = split_prefix(raw)
+        ids: list[str] = []
+        fields: list[tuple[str, dict[str, str]]] = []
+        for index in sorted(indexes):
+            name = self._names[index]
+            pattern = self.patterns.get(name)
+            if pattern is None:
+                if regex.search(self.anchors[name], text) or regex.search(self.anchors[name], raw):
+                    ids.append(name)
+                continue
+            found = pattern.fields(text)
+            if found is not None:
+                ids.append(name)
+                fields.append((name, found))
+        if not ids:
+            return None
+        return Hit(line_no, start, raw, prefix, text, tuple(ids), tuple(fields))

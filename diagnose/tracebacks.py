@@ -1,0 +1,206 @@
+"""Rebuild Python tracebacks and torchrun failure summaries around the hits the scanner found.
+
+Only the lines after an anchor are read (a window), and only those written by the same writer as the
+anchor (same prefix identity), so tracebacks of several ranks interleaved in one SLURM file come apart
+again. Plain, chained and rich (box-drawn) tracebacks are handled; torchrun's ChildFailedError block is
+turned into per-rank exit records (rank, local rank, host, exit code, signal, time).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import regex
+
+from diagnose.prefixes import Prefix, split_prefix
+
+WINDOW_BYTES = 1 << 18
+WINDOW_LINES = 600
+_FRAME = regex.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_RICH_FRAME = regex.compile(r"[│|]\s*(?P<path>\S+?\.py):(?P<line>\d+) in (?P<func>\S+)")
+_EXCEPTION = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?")
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+_FAILURE_HEADER = regex.compile(r"\[(?P<index>\d+)\]:\s*")
+_FAILURE_FIELD = regex.compile(
+    r"\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)"
+)
+_RANK_FIELD = regex.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
+_EXIT_FIELD = regex.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+_BLOCK_TEXT = ("Failures:", "<NO_OTHER_FAILURES>", "torch.distributed.elastic", "ChildFailedError", "raise ")
+_SIGNAL = regex.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    func: str
+
+
+@dataclass(frozen=True)
+class Traceback:
+    start_line: int
+    exception_line: int | None
+    prefix: Prefix
+    frames: tuple[Frame, ...]
+    exception: str | None
+    exc_type: str | None
+    chained: bool = False
+
+    @property
+    def user_frame(self) -> Frame | None:
+        """Innermost frame outside installed packages: where a person would start reading."""
+        for frame in reversed(self.frames):
+            if not any(part in frame.path for part in ("site-packages", "dist-packages", "/lib/python3")):
+                return frame
+        return self.frames[-1] if self.frames else None
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """One entry of torchrun's ChildFailedError summary."""
+
+    line: int
+    rank: int | None
+    local_rank: int | None
+    host: str | None
+    exitcode: int | None
+    signal: str | None
+    time: str | None
+    torchrun_root: bool
+
+
+def _window(data: bytes, start: int, prefix: Prefix, first_line: int) -> Iterator[tuple[int, Prefix, str]]:
+    """Lines after `start` from the same writer as `prefix`, with their line numbers."""
+    chunk = data[start : start + WINDOW_BYTES].decode("utf-8", "replace").split("\n")
+    key = prefix.stream_key
+    for offset, raw in enumerate(chunk[:WINDOW_LINES]):
+        line_prefix, text = split_prefix(raw.rstrip("\r"))
+        if line_prefix.stream_key == key or (offset and not raw.strip()):
+            yield first_line + offset, line_prefix, text
+
+
+def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback:
+    lines = _window(data, start, prefix, line_no)
+    first = next(lines)[2]
+    rich = "╭" in first or "│" in first
+    frames: list[Frame] = []
+    chained = False
+    for number, _, text in lines:
+        stripped = text.strip()
+        if not stripped:
+            continue
+        if rich:
+            if (m := _RICH_FRAME.search(text)) is not None:
+                frames.append(Frame(m["path"], int(m["line"]), m["func"]))
+                continue
+            if text.lstrip().startswith(("│", "╰", "╭", "|")):
+                continue
+        elif (m := _FRAME.fullmatch(text)) is not None:
+            frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
+            continue
+        elif text[:1].isspace() or stripped.startswith(("^", "~", "[Previous line repeated")):
+            continue
+        if stripped.startswith("Traceback (most recent call last)"):
+            break  # a new traceback before any exception line: this one was cut off
+        if stripped.startswith(_CHAIN):
+            chained = True
+            continue
+        found = _EXCEPTION.match(stripped)
+        exc_type = (
+            found["type"]
+            if found
+            and (
+                found["message"] is not None
+                or "." in found["type"]
+                or found["type"].endswith(("Error", "Exception"))
+            )
+            else None
+        )
+        return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type, chained)
+    return Traceback(line_no, None, prefix, tuple(frames), None, None, chained)
+
+
+def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> list[ExitRecord]:
+    """The entries of one ChildFailedError / "Root Cause" summary block."""
+    records: list[ExitRecord] = []
+    current: dict[str, str] = {}
+    current_line = 0
+    in_root = False
+
+    def flush() -> None:
+        if current:
+            records.append(_record(current, current_line, in_root))
+            current.clear()
+
+    for number, _, text in _window(data, start, prefix, line_no):
+        stripped = text.strip()
+        if "Root Cause (first observed failure)" in stripped:
+            flush()
+            in_root = True
+        elif _FAILURE_HEADER.fullmatch(stripped) is not None:
+            flush()
+            current_line = number
+        elif current_line and (m := _FAILURE_FIELD.fullmatch(text)) is not None:
+            current.setdefault(m["key"], m["value"].strip())
+        elif stripped.startswith(("-----", "=====")):
+            flush()
+            current_line = 0
+            if stripped.startswith("=====") and in_root and records:
+                break
+        elif current_line or not stripped or stripped.startswith(_BLOCK_TEXT) or stripped.endswith("FAILED"):
+            continue  # a multi-line traceback field, or the block's own headings
+        elif records:
+            break  # left the block
+    flush()
+    return records
+
+
+def _record(fields: dict[str, str], line: int, in_root: bool) -> ExitRecord:
+    rank = local = code = None
+    if (m := _RANK_FIELD.match(fields.get("rank", ""))) is not None:
+        rank, local = int(m["rank"]), int(m["local"])
+    if (m := _EXIT_FIELD.match(fields.get("exitcode", ""))) is not None:
+        code = int(m["code"])
+    signal = None
+    if (m := _SIGNAL.search(fields.get("traceback", ""))) is not None:
+        signal = m["name"]
+    elif code is not None and code < 0:
+        signal = _SIGNAL_NAMES.get(-code, f"signal {-code}")
+    return ExitRecord(line, rank, local, fields.get("host"), code, signal, fields.get("time"), in_root)
+
+
+_SIGNAL_NAMES = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    15: "SIGTERM",
+}
+
+
+@dataclass(frozen=True)
+class ErrorFile:
+    """torchelastic's error.json, written by @record when the entry point raised."""
+
+    exception: str
+    traceback: str
+    timestamp: float | None
+
+
+def parse_error_json(data: bytes) -> ErrorFile | None:
+    try:
+        document = json.loads(data.decode("utf-8", "replace"))
+        message = document["message"]
+        if isinstance(message, str):
+            return ErrorFile(message.strip().splitlines()[-1] if message.strip() else "", "", None)
+        text = str(message.get("message", "")).strip()
+        extra = message.get("extraInfo", {}) or {}
+        stamp = extra.get("timestamp")
+        return ErrorFile(text, str(extra.get("py_callstack", "")), float(stamp) if stamp else None)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
