@@ -1,0 +1,122 @@
+#!/bin/bash
+# Regenerate the sample_logs/slurm-* folders by running real sbatch jobs on the local test cluster.
+#   sample_logs/_make/slurm/run_all.sh [SCENARIO...]      (default: all, in dependency order)
+# Scenarios: ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
+#            checkpoint-truncated dataloader-worker-killed time-limit
+# Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
+# Knobs: SAMPLES_WORK (scratch dir, default /tmp/slurm-samples), PYTHON (default the repo's .venv).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../../.." && pwd)
+WORK=${SAMPLES_WORK:-/tmp/slurm-samples}
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+RUN_DIR=$WORK/runs
+ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
+    checkpoint-truncated dataloader-worker-killed time-limit)
+
+log() { printf '[run_all] %s\n' "$*" >&2; }
+
+setup() {
+    bash "$REPO/tests/slurm/local-slurm.sh" up
+    mkdir -p "$RUN_DIR" "$WORK/code" "$WORK/configs"
+    cp "$HERE/train.py" "$WORK/code/train.py"
+    sed -e "s|@RUN_DIR@|$RUN_DIR|g" -e "s|@PYTHON@|$PYTHON|g" -e "s|@TRAIN@|$WORK/code/train.py|g" \
+        "$HERE/train.sbatch.in" >"$WORK/train.sbatch"
+}
+
+# config JSON_ARGS_OVERRIDES JSON_PER_RANK: a config file path (numbered, so its name says nothing).
+CONFIG_N=0
+config() {
+    local args=$1 per_rank=$2 path
+    CONFIG_N=$((CONFIG_N + 1))
+    path=$WORK/configs/c$$-$CONFIG_N.json
+    "$PYTHON" - "$args" "$per_rank" >"$path" <<'PY'
+import json, sys
+args = {"train_iters": 20, "log_interval": 5, "micro_batch_size": 8, "width": 16, "hidden": 32,
+        "lr": 0.001, "seed": 1234, "samples_per_rank": 256, "num_workers": 1, "step_sleep": 0.05,
+        "load": None, "save": None}
+args.update(json.loads(sys.argv[1]))
+print(json.dumps({"timeout_s": 30, "args": args, "per_rank": json.loads(sys.argv[2])}, indent=1))
+PY
+    echo "$path"
+}
+
+submit() { # submit CONFIG [sbatch options...] -> job id
+    local cfg=$1
+    shift
+    (cd "$RUN_DIR" && sbatch --parsable --export=ALL,TRAIN_CONFIG="$cfg" "$@" "$WORK/train.sbatch")
+}
+
+wait_job() {
+    while [[ -n $(squeue -h -j "$1" -o %i 2>/dev/null) ]]; do sleep 1; done
+    sleep 1
+}
+
+collect() { # collect NAME JOBID: copy the job's files, as written, into sample_logs/slurm-NAME
+    local name=$1 id=$2 dest=$REPO/sample_logs/slurm-$1
+    mkdir -p "$dest"
+    find "$dest" -mindepth 1 -maxdepth 1 ! -name expected.toml -exec rm -rf {} +
+    cp -p "$RUN_DIR/slurm-$id.out" "$RUN_DIR/slurm-$id.err" "$dest/"
+    cp -a "$RUN_DIR/$id/torchrun-logs" "$dest/"
+    sacct -j "$id" -P -o JobID,JobName,State,ExitCode,Elapsed,NodeList >"$dest/sacct.txt"
+    log "$name: job $id $(sacct -X -n -P -j "$id" -o State,ExitCode) -> $dest ($(du -sh "$dest" | cut -f1))"
+}
+
+run() { # run NAME CONFIG [sbatch options...]: submit, wait, collect
+    local name=$1 id
+    shift
+    id=$(submit "$@")
+    log "$name: submitted job $id"
+    wait_job "$id"
+    collect "$name" "$id"
+}
+
+scenario() {
+    local per_rank
+    case $1 in
+        ok) # clean run that also writes the checkpoint the checkpoint scenario loads
+            rm -rf "$WORK/ckpt"
+            run ok "$(config "{\"save\": \"$WORK/ckpt\"}" '{}')" ;;
+        shape-second-node) # rank 6's data shard has 20 features instead of 16
+            run shape-second-node "$(config '{}' '{"6": {"width": 20}}')" ;;
+        hang-stalled-rank) # rank 5 waits for a staging marker that never appears
+            rm -rf "$WORK/staging"
+            per_rank="{\"5\": {\"ready_file\": \"$WORK/staging/shard-00005.done\"}}"
+            run hang-stalled-rank "$(config '{}' "$per_rank")" ;;
+        sigkill-rank)
+            run sigkill-rank "$(config '{}' '{"7": {"sigkill_at": 6}}')" ;;
+        scancel) # long run, cancelled once it has logged a few iterations
+            local id
+            id=$(submit "$(config '{"train_iters": 100000, "log_interval": 20, "step_sleep": 0.1}' '{}')")
+            log "scancel: submitted job $id"
+            until [[ $(grep -c 'iteration' "$RUN_DIR/slurm-$id.out" 2>/dev/null) -ge 3 ]]; do sleep 1; done
+            scancel "$id"
+            wait_job "$id"
+            collect scancel "$id" ;;
+        megatron-tp-heads) # 12 heads cannot be split over tensor parallel size 8
+            run megatron-tp-heads "$(config '{"use_mcore_models": true, "num_layers": 2, "hidden_size": 768,
+                "num_attention_heads": 12, "ffn_hidden_size": 3072, "seq_length": 1024,
+                "max_position_embeddings": 1024, "tensor_model_parallel_size": 8,
+                "pipeline_model_parallel_size": 1, "context_parallel_size": 1, "global_batch_size": 64,
+                "bf16": false, "fp16": false, "tokenizer_type": "GPT2BPETokenizer"}' '{}')" ;;
+        checkpoint-truncated) # rank 4's shard of the checkpoint written by "ok" is cut short
+            [[ -f $WORK/ckpt/latest_checkpointed_iteration.txt ]] || scenario ok
+            rm -rf "$WORK/ckpt-resume"
+            cp -a "$WORK/ckpt" "$WORK/ckpt-resume"
+            truncate -s 4096 "$WORK/ckpt-resume/iter_0000020/mp_rank_04/model_optim_rng.pt"
+            run checkpoint-truncated "$(config "{\"load\": \"$WORK/ckpt-resume\", \"train_iters\": 40}" '{}')" ;;
+        dataloader-worker-killed) # rank 1's loader worker dies while producing sample 40
+            run dataloader-worker-killed "$(config '{}' '{"1": {"worker_sigkill_at": 40}}')" ;;
+        time-limit)
+            run time-limit "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" \
+                --time=00:01:00 ;;
+        *)
+            log "unknown scenario $1"
+            return 2 ;;
+    esac
+}
+
+setup
+if (($# == 0)); then set -- "${ALL[@]}"; fi
+for s in "$@"; do scenario "$s"; done
