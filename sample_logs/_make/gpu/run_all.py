@@ -1,0 +1,175 @@
+"""Run torchrun jobs of train.py that end in known ways and collect what each one wrote.
+
+Each job runs in a neutral work directory (work/jobNN: config.json, torchrun-logs/, launcher.out,
+launcher.err), so nothing the job prints names its scenario; afterwards launcher.out, launcher.err and
+torchrun-logs/ are copied unchanged to RESULTS/gpu-<scenario>/. Jobs of one group run concurrently
+(distinct master ports), after the "mem" group (large GPU allocations) has run one job at a time.
+
+    python3 run_all.py --results DIR [--profile gpu|cpu] [--group all|mem|rest] [SCENARIO ...]
+"""
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+PROFILES = {
+    "gpu": dict(vocab=32000, dim=512, heads=8, layers=2, micro_batch=4, seq_len=1024, pad_id=32000),
+    "cpu": dict(vocab=1000, dim=64, heads=4, layers=2, micro_batch=2, seq_len=64, pad_id=1000),
+}
+
+# GPU-profile sequence lengths that make rank 1's attention scores (4 x 8 x S x S fp32) large:
+#   18400: 40.4 GiB per layer; forward peaks at 3 such blocks (fits in 140 GiB), backward needs a 4th.
+#   26000: 80.6 GiB; the softmax in forward needs a 2nd block.
+#   12288: 4.8e9 elements, more than int32 offsets reach.
+LONG = {"oom_bwd": 18400, "oom_fwd": 26000, "big": 12288}
+
+FAIL_STEP = "4"
+
+SCENARIOS = {
+    # name: (group, config overrides, extra env, extra torchrun args)
+    "healthy": ("rest", dict(steps=20, log_every=5, eval_every=10), {}, []),
+    "oom-backward-exit": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_bwd"}}}), {}, []),
+    "oom-backward-hang": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_bwd"}}},
+                                      metrics_file="{job}/metrics-rank{rank}.jsonl"), {}, []),
+    "oom-forward": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_fwd"}}}), {}, []),
+    "shape-exit": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}}), {}, []),
+    "shape-hang": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}},
+                                metrics_file="{job}/metrics-rank{rank}.jsonl"), {}, []),
+    "megatron-world-divisibility": ("rest", dict(megatron=dict(
+        tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+        num_layers=24, hidden_size=2048, num_attention_heads=16)), {}, []),
+    "megatron-heads-divisibility": ("rest", dict(megatron=dict(
+        tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
+        num_layers=48, hidden_size=1600, num_attention_heads=25)), {}, []),
+    "import-missing": ("rest", dict(logger="wandb"), {}, []),
+    "desync": ("rest", dict(eval_every=4, plan={"1": {FAIL_STEP: {"val_batches": 0}}}), {}, []),
+    "straggler": ("rest", dict(plan={"1": {FAIL_STEP: {"wait_for": "{job}/staged/shard-00004.ready"}}}),
+                  {}, []),
+    "sigkill": ("rest", dict(plan={"1": {FAIL_STEP: {"preempt": True}}}), {}, []),
+    "device-assert": ("rest", dict(plan={"1": {FAIL_STEP: {"pad": 16}}}), {}, []),
+    "illegal-memory-access": ("rest", dict(softcap=30.0, plan={"1": {FAIL_STEP: {"seq_len": "big"}}}),
+                              {}, []),
+    "rendezvous-c10d": ("rest", {}, {}, "rdzv-c10d"),
+    "rendezvous-static": ("rest", {}, {}, "rdzv-static"),
+    "nccl-ifname": ("rest", {}, {"NCCL_SOCKET_IFNAME": "nonexistent0"}, []),
+    "nccl-ifname-debug": ("rest", {}, {"NCCL_SOCKET_IFNAME": "nonexistent0", "NCCL_DEBUG": "INFO"}, []),
+}
+
+GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "illegal-memory-access",
+            "nccl-ifname", "nccl-ifname-debug"}
+
+
+def resolve(value, profile, job):
+    """Fill the symbolic sizes and {job} paths of a scenario's config."""
+    if isinstance(value, dict):
+        return {k: resolve(v, profile, job) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, profile, job) for v in value]
+    if value in LONG:
+        return LONG[value] if profile == "gpu" else PROFILES[profile]["seq_len"] * 2
+    if value == "short":
+        p = PROFILES[profile]
+        return p["micro_batch"] * p["seq_len"] - p["seq_len"] + 24
+    if isinstance(value, str) and "{job}" in value:
+        return value.replace("{job}", str(job))
+    return value
+
+
+def launch(name, index, args):
+    group, overrides, extra_env, extra_args = SCENARIOS[name]
+    job = Path(args.work) / f"job{index:02d}"
+    shutil.rmtree(job, ignore_errors=True)
+    job.mkdir(parents=True)
+    cfg = dict(PROFILES[args.profile], steps=8, log_every=1, pg_timeout_s=30)
+    cfg.update(resolve(copy.deepcopy(overrides), args.profile, job))
+    (job / "config.json").write_text(json.dumps(cfg, indent=1))
+    port = 29500 + 10 * index
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    if extra_args == "rdzv-c10d":
+        cmd += ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                "--rdzv-id=tinygpt", "--rdzv-conf=join_timeout=60"]
+    elif extra_args == "rdzv-static":
+        cmd += ["--nnodes=2", "--node-rank=0", "--master-addr=127.0.0.1", f"--master-port={port}",
+                "--rdzv-conf=timeout=60"]
+    else:
+        cmd += [f"--master-port={port}"] + list(extra_args)
+    cmd += ["--log-dir", str(job / "torchrun-logs"), "--redirects", "3", "--tee", "3",
+            str(Path(args.work) / "app" / "train.py")]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_CONFIG=str(job / "config.json"), **SAFE_ENV)
+    env.update(extra_env)
+    out = open(job / "launcher.out", "w")
+    err = open(job / "launcher.err", "w")
+    proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=err, start_new_session=True)
+    return dict(name=name, job=job, proc=proc, start=time.time(), cmd=cmd, files=(out, err))
+
+
+def finish(run, args, killed):
+    for f in run["files"]:
+        f.close()
+    dest = Path(args.results) / f"gpu-{run['name']}"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for item in ("launcher.out", "launcher.err"):
+        shutil.copy2(run["job"] / item, dest / item)
+    if (run["job"] / "torchrun-logs").exists():
+        shutil.copytree(run["job"] / "torchrun-logs", dest / "torchrun-logs", symlinks=True)
+    meta = Path(args.results) / "_meta"
+    meta.mkdir(exist_ok=True)
+    (meta / f"{run['name']}.json").write_text(json.dumps(dict(
+        rc=run["proc"].returncode, seconds=round(time.time() - run["start"], 1),
+        killed_by_generator=killed, cmd=run["cmd"], job=str(run["job"]))))
+    print(f"[run_all] {run['name']}: rc={run['proc'].returncode} "
+          f"{time.time() - run['start']:.0f}s killed={killed}", flush=True)
+
+
+def wait_all(runs, args):
+    pending = list(runs)
+    while pending:
+        time.sleep(1)
+        for run in list(pending):
+            killed = False
+            if run["proc"].poll() is None:
+                if time.time() - run["start"] < args.job_timeout:
+                    continue
+                os.killpg(run["proc"].pid, signal.SIGKILL)
+                run["proc"].wait()
+                killed = True
+            finish(run, args, killed)
+            pending.remove(run)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--work", default="/tmp/tinygpt")
+    ap.add_argument("--profile", choices=list(PROFILES), default="gpu")
+    ap.add_argument("--group", choices=["all", "mem", "rest"], default="all")
+    ap.add_argument("--job-timeout", type=float, default=200)
+    ap.add_argument("scenarios", nargs="*")
+    args = ap.parse_args()
+    names = args.scenarios or [n for n, s in SCENARIOS.items() if args.group in ("all", s[0])]
+    if args.profile == "cpu":
+        names = [n for n in names if n not in GPU_ONLY]
+    app = Path(args.work) / "app"
+    app.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(HERE / "train.py", app / "train.py")
+    index = {n: i + 1 for i, n in enumerate(SCENARIOS)}
+    for n in names:  # one at a time, the GPUs to themselves
+        if SCENARIOS[n][0] == "mem":
+            wait_all([launch(n, index[n], args)], args)
+    wait_all([launch(n, index[n], args) for n in names if SCENARIOS[n][0] != "mem"], args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""A small GPT-style trainer launched by torchrun (DDP over NCCL on GPUs, gloo on CPU).
+
+Everything that varies between runs comes from the JSON file named by $TRAIN_CONFIG, which is
+never printed: model size, data plan per rank and step, optional pieces (metrics writer, logger,
+fused kernel, megatron-core parallel setup). The generator (run_all.sh) writes one such file per run.
+"""
+
+import json
+import math
+import os
+import queue
+import signal
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def load_config():
+    with open(os.environ.get("TRAIN_CONFIG", "config.json")) as f:
+        return json.load(f)
+
+
+def plan_for(cfg, rank, step):
+    """Per-rank, per-step overrides of the data plan (sequence length, shard size, padding ...)."""
+    return cfg.get("plan", {}).get(str(rank), {}).get(str(step), {})
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads, softcap=None):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.softcap = softcap
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q = q * (1.0 / math.sqrt(d // self.heads))
+        scores = q @ k.transpose(-2, -1)
+        if self.softcap is not None:
+            scores = fused_softcap(scores, self.softcap)
+        attn = torch.softmax(scores, dim=-1)
+        del scores
+        out = (attn @ v).transpose(1, 2).reshape(b, s, d)
+        return self.proj(out)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, softcap=None):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads, softcap)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab, dim, heads, layers, softcap=None):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads, softcap) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only installs
+    triton = None
+
+if triton is not None:
+
+    @triton.jit
+    def _softcap_kernel(x_ptr, n, cap, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        val = tl.load(x_ptr + offs, mask=mask)
+        e = tl.exp(2.0 * val / cap)
+        tl.store(x_ptr + offs, cap * (e - 1.0) / (e + 1.0), mask=mask)
+
+
+def fused_softcap(x, cap):
+    """In-place tanh soft-capping of attention logits with a Triton kernel (CPU: plain torch)."""
+    if not x.is_cuda:
+        return cap * torch.tanh(x / cap)
+    x = x.contiguous()
+    n = x.numel()
+    block = 1024
+    _softcap_kernel[(triton.cdiv(n, block),)](x, n, cap, BLOCK=block)
+    return x
+
+
+class MetricsWriter(threading.Thread):
+    """Appends metrics to a JSON-lines file off the training thread."""
+
+    def __init__(self, path):
+        super().__init__(name="metrics-writer")
+        self.path = path
+        self.queue = queue.Queue()
+
+    def run(self):
+        with open(self.path, "a") as f:
+            while True:
+                item = self.queue.get()
+                if item is None:
+                    return
+                f.write(json.dumps(item) + "\n")
+                f.flush()
+
+    def log(self, **item):
+        self.queue.put(item)
+
+    def close(self):
+        self.queue.put(None)
+        self.join()
+
+
+def get_batch(cfg, rank, step, device):
+    plan = plan_for(cfg, rank, step)
+    stage = plan.get("wait_for")
+    while stage and not os.path.exists(stage):
+        time.sleep(0.5)
+    if plan.get("preempt"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    mb = cfg["micro_batch"]
+    seq = plan.get("seq_len", cfg["seq_len"])
+    n_tokens = plan.get("shard_tokens", mb * seq)
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    buf = torch.randint(0, cfg["vocab"], (n_tokens + 1,), generator=g)
+    tokens = buf[:-1].view(mb, seq)
+    labels = buf[1:].view(mb, seq).clone()
+    pad = plan.get("pad", 0)
+    if pad:
+        labels[:, -pad:] = cfg.get("pad_id", -100)
+    return tokens.to(device), labels.to(device)
+
+
+def evaluate(model, cfg, rank, step, device):
+    batches = plan_for(cfg, rank, step).get("val_batches", cfg.get("val_batches", 1))
+    total = torch.zeros(1, device=device)
+    model.eval()
+    with torch.no_grad():
+        for i in range(batches):
+            tokens, labels = get_batch(cfg, rank, 10_000 + i, device)
+            logits = model(tokens)
+            total += F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+        if batches:
+            dist.all_reduce(total)
+            total /= dist.get_world_size() * batches
+    model.train()
+    return total.item()
+
+
+def setup_megatron(cfg):
+    from megatron.core import parallel_state
+    from megatron.core.transformer import TransformerConfig
+
+    mp = cfg["megatron"]
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=mp["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=mp["pipeline_model_parallel_size"],
+    )
+    return TransformerConfig(
+        num_layers=mp["num_layers"],
+        hidden_size=mp["hidden_size"],
+        num_attention_heads=mp["num_attention_heads"],
+        tensor_model_parallel_size=mp["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=mp["pipeline_model_parallel_size"],
+        bf16=True,
+        pipeline_dtype=torch.bfloat16,
+    )
+
+
+@record
+def main():
+    cfg = load_config()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)),
+                                device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(cfg.get("seed", 1234))
+
+    if "megatron" in cfg:
+        tcfg = setup_megatron(cfg)
+        if rank == 0:
+            print(f"model parallel setup done: {tcfg.num_layers} layers, hidden {tcfg.hidden_size}",
+                  flush=True)
+
+    model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap")).to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
+    if rank == 0:
+        n_params = sum(p.numel() for p in model.parameters())
+        print(f"world size {world}, {n_params / 1e6:.1f}M parameters, device {device.type}", flush=True)
+
+    writer = None
+    if cfg.get("metrics_file"):
+        writer = MetricsWriter(cfg["metrics_file"].format(rank=rank))
+        writer.start()
+    if rank == 0 and cfg.get("logger") == "wandb":
+        import wandb
+
+        wandb.init(project=cfg.get("project", "tinygpt"), config=cfg)
+
+    t0 = time.time()
+    for step in range(1, cfg["steps"] + 1):
+        tokens, labels = get_batch(cfg, rank, step, device)
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % cfg.get("eval_every", 10**9) == 0:
+            val = evaluate(model, cfg, rank, step, device)
+            if rank == 0:
+                print(f"step {step} | val loss {val:.4f}", flush=True)
+        loss_value = loss.item()
+        if writer is not None:
+            writer.log(step=step, loss=loss_value)
+        if rank == 0 and step % cfg.get("log_every", 1) == 0:
+            print(f"step {step} | loss {loss_value:.4f} | {time.time() - t0:.1f}s", flush=True)
+
+    if writer is not None:
+        writer.close()
+    dist.barrier()
+    if rank == 0:
+        print("training done", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
