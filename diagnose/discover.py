@@ -16,11 +16,43 @@ import regex
 
 _SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", ".ipynb_checkpoints"}
 _SKIP_SUFFIXES = {
-    ".py", ".pyc", ".so", ".o", ".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".pkl", ".npy", ".npz",
-    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".toml", ".yaml", ".yml", ".md", ".sh", ".sbatch",
-    ".slurm", ".ipynb", ".csv", ".parquet", ".db", ".sqlite", ".whl", ".tar", ".zip",
+    ".py",
+    ".pyc",
+    ".so",
+    ".o",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".safetensors",
+    ".bin",
+    ".pkl",
+    ".npy",
+    ".npz",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".svg",
+    ".pdf",
+    ".toml",
+    ".yaml",
+    ".yml",
+    ".md",
+    ".sh",
+    ".sbatch",
+    ".slurm",
+    ".ipynb",
+    ".csv",
+    ".parquet",
+    ".db",
+    ".sqlite",
+    ".whl",
+    ".tar",
+    ".zip",
 }
-_TORCHRUN = regex.compile(r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<local>\d+)/(?P<name>stdout\.log|stderr\.log|error\.json)$")
+_TORCHRUN = regex.compile(
+    r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<local>\d+)/(?P<name>stdout\.log|stderr\.log|error\.json)$"
+)
 MANIFEST_NAMES = ("manifest.json", "launcher-manifest.json")
 
 
@@ -169,7 +201,15 @@ def _apply_manifests(files: list[LogFile], manifests: list[Manifest]) -> list[Lo
             continue
         host, ranks = by_dir[match]
         out.append(
-            LogFile(file.path, file.kind, file.stream, file.attempt, file.local_rank, file.run_dir,
-                    ranks.get(file.local_rank), host)
+            LogFile(
+                file.path,
+                file.kind,
+                file.stream,
+                file.attempt,
+                file.local_rank,
+                file.run_dir,
+                ranks.get(file.local_rank),
+                host,
+            )
         )
     return out

@@ -237,7 +237,9 @@ def ingest(
     jobs = workers or min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(
-            pool.map(lambda f: ingest_file(f, names[f.path], scanner, year, stdin if str(f.path) == "-" else None), files)
+            pool.map(
+                lambda f: ingest_file(f, names[f.path], scanner, year, stdin if str(f.path) == "-" else None), files
+            )
         )
     rows = [row for result in results for row in result.rows]
     frame = pl.DataFrame([{key: row.get(key) for key in SCHEMA} for row in rows], schema=SCHEMA)

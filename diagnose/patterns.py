@@ -174,9 +174,7 @@ def compile_portable(expression: Any, fail: Any) -> Any:
         raise fail("regex must be a non-empty string")
     for token in _FORBIDDEN:
         if token in expression:
-            raise fail(
-                f"regex uses {token!r}: look-around, back-references and possessive forms are not allowed"
-            )
+            raise fail(f"regex uses {token!r}: look-around, back-references and possessive forms are not allowed")
     try:
         return regex.compile(expression, regex.VERSION0)
     except regex.error as exc:
@@ -195,7 +193,5 @@ def _parse_examples(raw: Any, fail: Any) -> list[Example]:
         expect = item.get("expect", {})
         if not isinstance(text, str) or not isinstance(expect, dict):
             raise fail(f"examples[{index}] must hold a string and an optional expect table")
-        examples.append(
-            Example(text, has_match, {k: str(v) for k, v in expect.items()}, item.get("source", ""))
-        )
+        examples.append(Example(text, has_match, {k: str(v) for k, v in expect.items()}, item.get("source", "")))
     return examples

@@ -41,8 +41,11 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
     for task, local, rank in census:
         vote(_node_key(task, None), local, rank)
     for row in events.select("task", "run_dir", "local_rank", "rank", "file_rank").iter_rows(named=True):
-        vote(_node_key(row["task"], row["run_dir"]), row["local_rank"], row["rank"] if row["rank"] is not None
-             else row["file_rank"])
+        vote(
+            _node_key(row["task"], row["run_dir"]),
+            row["local_rank"],
+            row["rank"] if row["rank"] is not None else row["file_rank"],
+        )
     stream = {key: counter.most_common(1)[0][0] for key, counter in votes.items()}
     nodes = {_node_key(r["task"], r["run_dir"]) for r in events.select("task", "run_dir").iter_rows(named=True)}
     nodes |= {_node_key(task, None) for task, _, _ in census if task is not None}
@@ -76,7 +79,9 @@ def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, R
     return frame, mapping
 
 
-def _resolve(row: dict[str, object], mapping: RankMap, group_rank: dict[tuple[str, int], Counter[int]]) -> tuple[int | None, bool]:
+def _resolve(
+    row: dict[str, object], mapping: RankMap, group_rank: dict[tuple[str, int], Counter[int]]
+) -> tuple[int | None, bool]:
     if row["rank"] is not None:
         return row["rank"], False  # type: ignore[return-value]
     if row["file_rank"] is not None:

@@ -9,6 +9,7 @@ no wheel) the same prefilter runs through `regex`, slower but with identical res
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -71,9 +72,7 @@ def _compile_database(expressions: list[str], names: list[str]) -> object:
             try:
                 build([expression])
             except hyperscan.error as exc:
-                raise PatternError(
-                    f"pattern {name!r}: the prefilter cannot compile its regex: {exc}"
-                ) from exc
+                raise PatternError(f"pattern {name!r}: the prefilter cannot compile its regex: {exc}") from exc
         raise
 
 
@@ -90,6 +89,14 @@ class Scanner:
         if hyperscan is not None:
             self._database = _compile_database(expressions, self._names)
         self._fallback = [regex.compile(e.encode("utf-8")) for e in expressions]
+        self._local = threading.local()
+
+    def _scratch(self) -> object:
+        """Hyperscan scratch space is per thread: sharing one raises ScratchInUseError."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._database)
+        return scratch
 
     def _raw_hits(self, data: bytes) -> dict[int, set[int]]:
         """Map line-end offsets of matching lines to the indexes of the expressions that hit them."""
@@ -99,7 +106,7 @@ class Scanner:
             def on_match(index: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
                 ends.append((end, index))
 
-            self._database.scan(data, match_event_handler=on_match)
+            self._database.scan(data, match_event_handler=on_match, scratch=self._scratch())
         else:
             for index, expression in enumerate(self._fallback):
                 ends.extend((m.end(), index) for m in expression.finditer(data))
@@ -124,9 +131,7 @@ class Scanner:
                 hits.append(hit)
         return hits
 
-    def match_line(
-        self, raw: str, *, line_no: int = 1, start: int = 0, indexes: set[int] | None = None
-    ) -> Hit | None:
+    def match_line(self, raw: str, *, line_no: int = 1, start: int = 0, indexes: set[int] | None = None) -> Hit | None:
         """The exact match of one line; production and the pattern-example tests both come here."""
         if indexes is None:
             indexes = set(self._raw_hits(raw.encode("utf-8")).get(0, set()))

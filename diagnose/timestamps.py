@@ -15,7 +15,9 @@ import regex
 _ISO = regex.compile(
     r"(?<!\d)(?P<y>20\d\d)-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
 )
-_GLOG = regex.compile(r"(?<![\w])[IWEF](?P<mo>[01]\d)(?P<d>[0-3]\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d{1,9}))?")
+_GLOG = regex.compile(
+    r"(?<![\w])[IWEF](?P<mo>[01]\d)(?P<d>[0-3]\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d{1,9}))?"
+)
 
 
 def _build(year: int, m: regex.Match[str]) -> datetime | None:

@@ -23,9 +23,7 @@ _RICH_FRAME = regex.compile(r"[│|]\s*(?P<path>\S+?\.py):(?P<line>\d+) in (?P<f
 _EXCEPTION = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _FAILURE_HEADER = regex.compile(r"\[(?P<index>\d+)\]:\s*")
-_FAILURE_FIELD = regex.compile(
-    r"\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)"
-)
+_FAILURE_FIELD = regex.compile(r"\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)")
 _RANK_FIELD = regex.compile(r"(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
 _EXIT_FIELD = regex.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
 _BLOCK_TEXT = ("Failures:", "<NO_OTHER_FAILURES>", "torch.distributed.elastic", "ChildFailedError", "raise ")
@@ -112,11 +110,7 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
         exc_type = (
             found["type"]
             if found
-            and (
-                found["message"] is not None
-                or "." in found["type"]
-                or found["type"].endswith(("Error", "Exception"))
-            )
+            and (found["message"] is not None or "." in found["type"] or found["type"].endswith(("Error", "Exception")))
             else None
         )
         return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type, chained)

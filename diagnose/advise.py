@@ -1,0 +1,116 @@
+"""Category-specific details and concrete fixes for the chosen root cause.
+
+A fix a user can act on beats a description: the pattern's own ordered fixes come first (with the
+command in backticks lifted out so the report can show it separately), then arithmetic the log lets us
+do for them (OOM headroom, TP x PP x CP against the world size, heads % TP).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+from diagnose.decide import Incident
+from diagnose.hang import HangAnalysis
+from diagnose.model import Fix
+
+_COMMAND = regex.compile(r"`([^`]+)`")
+_SIZE = regex.compile(r"([\d.]+) ([KMGT]?)i?B")
+_UNITS = {"": 1 / 2**30, "K": 1 / 2**20, "M": 1 / 2**10, "G": 1.0, "T": 2**10}
+
+
+def fixes_from_pattern(texts: tuple[str, ...]) -> list[Fix]:
+    fixes = []
+    for text in texts:
+        found = _COMMAND.search(text)
+        fixes.append(Fix(title=text, command=found.group(1) if found else None))
+    return fixes
+
+
+def gib(value: str | None) -> float | None:
+    """'19.68 GiB' -> 19.68; the allocator prints B/KiB/MiB/GiB."""
+    if not value or (m := _SIZE.fullmatch(value.strip())) is None:
+        return None
+    return round(float(m.group(1)) * _UNITS[m.group(2)], 3)
+
+
+def oom_details(fields: dict[str, str]) -> dict[str, Any]:
+    details: dict[str, Any] = {k: gib(fields.get(k)) for k in ("requested", "total", "free")}
+    details["gpu"] = int(fields["gpu"]) if fields.get("gpu", "").isdigit() else None
+    if details["requested"] is not None and details["free"] is not None:
+        details["short_by_gib"] = round(details["requested"] - details["free"], 3)
+    return {k: v for k, v in details.items() if v is not None}
+
+
+def parallelism_details(fields: dict[str, str]) -> tuple[dict[str, Any], list[Fix]]:
+    """The arithmetic Megatron did and what would satisfy it."""
+    numbers = {k: int(v) for k, v in fields.items() if v.isdigit()}
+    details: dict[str, Any] = {}
+    fixes: list[Fix] = []
+    heads, tp = numbers.get("heads"), numbers.get("tp") or numbers.get("tp2")
+    if heads and tp:
+        valid = [t for t in range(1, heads + 1) if heads % t == 0 and t <= 64]
+        details.update(num_attention_heads=heads, tensor_model_parallel_size=tp, valid_tp_sizes=valid)
+        fixes.append(Fix(f"Use a TP size that divides {heads} heads: one of {', '.join(map(str, valid))}."))
+    world, tp3 = numbers.get("world"), numbers.get("tp3")
+    if world and tp3:
+        pp, cp = numbers.get("pp", 1), numbers.get("cp", 1)
+        model = tp3 * pp * cp
+        details.update(world_size=world, tp=tp3, pp=pp, cp=cp, model_parallel_size=model)
+        fixes.append(
+            Fix(
+                f"WORLD_SIZE ({world}) must be a multiple of TP x PP x CP = {model}: change the node/GPU count "
+                f"or the parallel sizes (data parallel = WORLD_SIZE / {model}).",
+            )
+        )
+    return details, fixes
+
+
+def advise(incident: Incident | None, hang: HangAnalysis | None) -> tuple[dict[str, Any], list[Fix]]:
+    if incident is None:
+        if hang is not None:
+            return _hang_details(hang), _hang_fixes(hang)
+        return {}, []
+    first = incident.first
+    fixes = fixes_from_pattern(first.pattern.fixes) if first.pattern else []
+    details: dict[str, Any] = {}
+    fields = {k: v for c in incident.candidates for k, v in c.fields.items()}
+    if first.category == "oom":
+        details["oom"] = oom_details(fields)
+    elif first.subcategory == "divisibility":
+        details["parallelism"], extra = parallelism_details(fields)
+        fixes = extra + fixes
+    elif first.category == "import" and fields.get("module"):
+        details["import"] = {"module": fields["module"]}
+    if not fixes and first.code_file:
+        fixes.append(Fix(f"Fix the error raised at {first.code_file}:{first.code_line}."))
+    return details, fixes
+
+
+def _hang_details(hang: HangAnalysis) -> dict[str, Any]:
+    return {"hang": {"suspects": list(hang.suspects), "reason": hang.reason, "table": list(hang.table)}}
+
+
+def _hang_fixes(hang: HangAnalysis) -> list[Fix]:
+    fixes = []
+    if hang.suspects:
+        ranks = ", ".join(map(str, hang.suspects))
+        fixes.append(Fix(f"Inspect rank(s) {ranks} first: {hang.reason}."))
+    if hang.subcategory == "desync":
+        fixes.append(
+            Fix(
+                "Ranks timed out in different collectives: look for rank-dependent control flow (if rank == …) "
+                "around the last collective, or differing data lengths per rank."
+            )
+        )
+    fixes.append(
+        Fix(
+            "Re-run with the flight recorder to see each rank's last collectives.",
+            command="TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+        )
+    )
+    fixes.append(
+        Fix("Use py-spy dump --pid <pid> on a stuck rank to see where it waits.", command="py-spy dump --pid <pid>")
+    )
+    return fixes

@@ -1,0 +1,219 @@
+"""analyze(paths) -> Diagnosis: the one library entry point; the CLI and the SLURM hook call only this.
+
+Stages: discover files -> ingest (scan, tracebacks, summaries) -> resolve ranks -> candidates and
+incidents -> root cause or hang analysis -> advice. Each stage lives in its own module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from diagnose import __version__
+from diagnose.advise import advise
+from diagnose.decide import Candidate, Incident, build_candidates, choose_root, group_incidents, infer_rank_from_context
+from diagnose.discover import LogFile, discover
+from diagnose.hang import HangAnalysis, analyze_hang
+from diagnose.ingest import ingest
+from diagnose.model import Diagnosis, Evidence, Inputs, JobInfo, Location, RankSummary, Symptom, Verdict
+from diagnose.patterns import Pattern, load_patterns, pattern_dirs
+from diagnose.ranks import resolve_ranks
+from diagnose.scan import Scanner
+from diagnose.slurm import job_info
+
+MAX_EVIDENCE = 12
+
+
+class NoLogsError(ValueError):
+    """Nothing to analyse under the given paths (bad usage, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Library:
+    patterns: list[Pattern]
+    scanner: Scanner
+
+
+def load_library(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> Library:
+    patterns = load_patterns(pattern_dirs(extra_dirs))
+    return Library(patterns, Scanner(patterns))
+
+
+def analyze(
+    paths: list[str],
+    *,
+    job: str | None = None,
+    patterns: Iterable[str | os.PathLike[str]] = (),
+    stdin: bytes | None = None,
+    library: Library | None = None,
+) -> Diagnosis:
+    library = library or load_library(patterns)
+    if stdin is not None:
+        found_files: tuple[LogFile, ...] = (LogFile(Path("-"), "log"),)
+        warnings: tuple[str, ...] = ()
+        paths = ["-"]
+    else:
+        found = discover(paths, job)
+        found_files, warnings = found.files, found.warnings
+    if not found_files:
+        raise NoLogsError(
+            "; ".join(warnings) or f"no log files found under {', '.join(paths)}" + (f" for job {job}" if job else "")
+        )
+    ingested = ingest(list(found_files), paths, library.scanner, stdin=stdin)
+    events, _ = resolve_ranks(ingested.events, ingested.census)
+    by_id = {p.id: p for p in library.patterns}
+    candidates = build_candidates(events, by_id)
+    incidents = group_incidents(candidates)
+    root = choose_root(incidents)
+    expected = _expected_ranks(events, ingested.census)
+    hang = analyze_hang(candidates, expected) if root is None else None
+    verdict = _verdict(root, hang, candidates, events)
+    details, fixes = advise(root, hang)
+    inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, warnings + ingested.warnings)
+    failed = sorted({c.rank for c in candidates if c.role == "root" and c.rank is not None})
+    victims = sorted({c.rank for c in candidates if c.role == "symptom" and c.rank is not None} - set(verdict.ranks))
+    silent = sorted(expected - {r for r in events.get_column("grank").drop_nulls().to_list()})
+    return Diagnosis(
+        inputs=inputs,
+        verdict=verdict,
+        job=job_info(job) if job else JobInfo(),
+        evidence=tuple(_evidence(root, hang, candidates)),
+        symptoms=tuple(_symptoms(candidates, root)),
+        details=details,
+        fixes=tuple(fixes),
+        ranks=RankSummary(
+            expected=max(expected) + 1 if expected else None,
+            seen=tuple(sorted(expected)),
+            failed=tuple(failed),
+            victims=tuple(victims),
+            silent=tuple(silent),
+        ),
+    )
+
+
+def _expected_ranks(events: pl.DataFrame, census: set[tuple[int | None, int | None, int | None]]) -> set[int]:
+    ranks = set(events.get_column("grank").drop_nulls().to_list())
+    ranks |= {rank for _, _, rank in census if rank is not None}
+    return ranks
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """0,1,2,3,7 -> '0-3,7': 512 identical ranks read as one range."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = None
+    for rank in ordered:
+        if start is None:
+            start = prev = rank
+        elif rank == prev + 1:  # type: ignore[operator]
+            prev = rank
+        else:
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = rank
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(parts)
+
+
+def _verdict(
+    root: Incident | None, hang: HangAnalysis | None, candidates: list[Candidate], events: pl.DataFrame
+) -> Verdict:
+    if root is not None:
+        first = root.first
+        ranks = root.ranks or infer_rank_from_context(root, candidates)
+        rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
+        where = f" on rank {rank}" if rank is not None else ""
+        host = first.host or next((c.host for c in root.candidates if c.host), None)
+        title = (first.pattern.title if first.pattern else first.text.split(":", 1)[0]) + where
+        if host:
+            title += f" ({host})"
+        location = Location(first.code_file, first.code_line) if first.code_file and first.code_line else None
+        confident = first.pattern is not None and first.pattern.priority >= 50 and rank is not None
+        return Verdict(
+            category=first.category,
+            subcategory=first.subcategory,
+            title=title,
+            rank=rank,
+            ranks=tuple(ranks),
+            host=host,
+            exception=first.text if first.from_traceback or first.pattern else None,
+            location=location,
+            time=first.ts.isoformat() if first.ts else None,
+            confidence="high" if confident else "medium",
+            pattern=first.pattern.id if first.pattern else None,
+            explanation=first.pattern.explanation if first.pattern else "",
+        )
+    if hang is not None:
+        suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
+        what = f"rank {suspect} never arrived" if suspect is not None else hang.reason
+        return Verdict(
+            category="hang",
+            subcategory=hang.subcategory,
+            title=f"Collective timeout on ranks {format_ranks(hang.victims)}: {what}",
+            rank=suspect,
+            ranks=hang.suspects,
+            confidence="medium" if suspect is not None else "low",
+            pattern=None,
+            explanation="Every failing rank only timed out waiting for a collective; no rank raised an error of its own.",
+        )
+    symptoms = [c for c in candidates if c.role == "symptom" and c.category != "killed"]
+    if symptoms:
+        first = min(symptoms, key=lambda c: (c.ts is None, c.ts, c.file, c.line))
+        return Verdict(
+            category=first.category,
+            title=f"{first.pattern.title if first.pattern else first.text} (no root cause found in the logs)",
+            rank=None,
+            confidence="low",
+            pattern=first.pattern.id if first.pattern else None,
+            explanation="Only consequences of a failure were found; the failing rank's own log may be missing.",
+        )
+    teardown = [c for c in candidates if c.category == "killed"]
+    if teardown:
+        return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
+    return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+def _evidence(root: Incident | None, hang: HangAnalysis | None, candidates: list[Candidate]) -> list[Evidence]:
+    if root is not None:
+        chosen = sorted(root.candidates, key=lambda c: (c.rank is None, c.rank or 0, c.file, c.line))
+    elif hang is not None:
+        chosen = sorted((c for c in candidates if c.role == "symptom"), key=lambda c: (c.rank is None, c.rank or 0))
+    else:
+        chosen = []
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for c in chosen:
+        if (c.file, c.line) in seen:
+            continue
+        seen.add((c.file, c.line))
+        out.append(Evidence(c.file, c.line, c.rank, c.text))
+        if len(out) >= MAX_EVIDENCE:
+            break
+    return out
+
+
+def _symptoms(candidates: list[Candidate], root: Incident | None) -> list[Symptom]:
+    root_ids = {id(c) for c in root.candidates} if root else set()
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        if id(c) in root_ids or c.role == "context":
+            continue
+        if c.role == "root" and root is not None:
+            kind = c.pattern.id if c.pattern else c.category
+        elif c.role == "symptom":
+            kind = c.pattern.id if c.pattern else f"{c.category}-{c.subcategory}"
+        else:
+            continue
+        groups.setdefault(kind, []).append(c)
+    out = []
+    for kind, group in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        ranks = tuple(sorted({c.rank for c in group if c.rank is not None}))
+        out.append(Symptom(kind, ranks, len(group), group[0].text))
+    return out
+
+
+__all__ = ["Diagnosis", "NoLogsError", "analyze", "format_ranks", "load_library", "__version__"]

@@ -1,0 +1,221 @@
+"""Pick the root cause: the earliest root-role failure across all ranks and nodes.
+
+Every failure line, traceback, error.json and torchrun exit record becomes a candidate with a role. The
+same failure seen on many ranks (or seen four times for one rank: console copy, per-rank file,
+error.json, summary) is one incident with a rank set. Symptoms (timeouts, peer-closed, SIGTERM
+teardown, launcher tracebacks) never win; when nothing but symptoms exists the job hung or lost its
+network, and the hang analysis names suspects instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+import regex
+
+from diagnose.patterns import Pattern
+
+Row = dict[str, Any]
+_DIGITS = regex.compile(r"\d+")
+_HANG_PATTERNS = ("nccl-watchdog-timeout", "gloo-timeout")
+_ROOT_SIGNALS = {"SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}
+
+
+@dataclass
+class Candidate:
+    """One observation of a failure on one rank."""
+
+    pattern: Pattern | None
+    role: str
+    category: str
+    subcategory: str | None
+    priority: int
+    text: str
+    rows: list[Row]
+    rank: int | None
+    host: str | None
+    ts: datetime | None
+    file: str
+    line: int
+    code_file: str | None = None
+    code_line: int | None = None
+    from_traceback: bool = False
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return (self.pattern.id if self.pattern else self.category, _DIGITS.sub("N", self.text)[:300])
+
+
+@dataclass
+class Incident:
+    candidates: list[Candidate]
+
+    @property
+    def first(self) -> Candidate:
+        return min(self.candidates, key=_order_key)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({c.rank for c in self.candidates if c.rank is not None})
+
+    @property
+    def ts(self) -> datetime | None:
+        times = [c.ts for c in self.candidates if c.ts is not None]
+        return min(times) if times else None
+
+
+def _order_key(c: Candidate) -> tuple[Any, ...]:
+    return (c.ts is None, c.ts or datetime.max, c.rank is None, c.rank or 0, not c.from_traceback, c.file, c.line)
+
+
+def best_pattern_per_line(events: pl.DataFrame, patterns: dict[str, Pattern]) -> dict[tuple[str, int], Row]:
+    """When one line matches several signatures, the highest priority wins (specific beats generic)."""
+    best: dict[tuple[str, int], Row] = {}
+    for row in events.filter(pl.col("kind") == "pattern").iter_rows(named=True):
+        pattern = patterns.get(row["pattern"])
+        if pattern is None:
+            continue
+        key = (row["file"], row["line"])
+        current = best.get(key)
+        if current is None or pattern.priority > patterns[current["pattern"]].priority:
+            best[key] = row
+    return best
+
+
+def _time_by_rank(events: pl.DataFrame) -> dict[int, datetime]:
+    """A rank's failure time from torchrun's summary or error.json: tracebacks themselves carry none."""
+    times: dict[int, datetime] = {}
+    for row in events.filter(pl.col("kind").is_in(["exit", "error_json"]) & pl.col("ts").is_not_null()).iter_rows(
+        named=True
+    ):
+        rank = row["grank"]
+        if rank is not None and (rank not in times or row["ts"] < times[rank]):
+            times[rank] = row["ts"]
+    return times
+
+
+def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list[Candidate]:
+    best = best_pattern_per_line(events, patterns)
+    rank_time = _time_by_rank(events)
+    candidates: list[Candidate] = []
+    covered: set[tuple[str, int]] = set()
+
+    def make(row: Row, pattern: Pattern | None, text: str, **extra: Any) -> Candidate:
+        ts = row["ts"] or rank_time.get(row["grank"])
+        fields = json.loads(row["fields"]) if row.get("fields") and pattern else {}
+        return Candidate(
+            pattern=pattern,
+            role=pattern.role if pattern else "root",
+            category=pattern.category if pattern else "code",
+            subcategory=pattern.subcategory if pattern else None,
+            priority=pattern.priority if pattern else 0,
+            text=text,
+            rows=[row],
+            rank=row["grank"],
+            host=row["host"],
+            ts=ts,
+            file=row["file"],
+            line=row["line"],
+            fields=fields,
+            **extra,
+        )
+
+    for row in events.filter(pl.col("kind").is_in(["traceback", "error_json"])).iter_rows(named=True):
+        if not row["exception"]:
+            continue
+        line = row["exception_line"] if row["kind"] == "traceback" else row["line"]
+        matched = best.get((row["file"], line))
+        if matched is not None:
+            covered.add((row["file"], line))
+        pattern = patterns[matched["pattern"]] if matched is not None else None
+        source = {**row, "fields": matched["fields"] if matched is not None else None, "line": line}
+        candidates.append(
+            make(
+                source,
+                pattern,
+                row["exception"],
+                code_file=row["code_file"],
+                code_line=row["code_line"],
+                from_traceback=True,
+            )
+        )
+    for key, row in best.items():
+        if key not in covered:
+            candidates.append(make(row, patterns[row["pattern"]], row["text"]))
+    candidates.extend(_exit_candidates(events, candidates))
+    return candidates
+
+
+def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Candidate]:
+    """Signal deaths from torchrun's summary: SIGKILL/SIGSEGV with no error of the rank's own is a root."""
+    explained = {c.rank for c in others if c.role == "root" and c.rank is not None}
+    timed_out = {c.rank for c in others if c.role == "symptom" and c.rank is not None}
+    seen: set[int | None] = set()
+    out = []
+    for row in events.filter(pl.col("kind") == "exit").iter_rows(named=True):
+        signal, rank = row["signal"], row["grank"]
+        if signal is None or (rank in seen and rank is not None):
+            continue
+        seen.add(rank)
+        if signal in _ROOT_SIGNALS or (signal == "SIGABRT" and rank not in timed_out):
+            role = "root" if rank not in explained else "symptom"
+        else:
+            role = "symptom"
+        category, sub = (
+            "killed",
+            {"SIGKILL": "sigkill", "SIGSEGV": "segfault", "SIGBUS": "sigbus"}.get(signal, "signal"),
+        )
+        if role == "symptom":
+            sub = "teardown"
+        out.append(
+            Candidate(
+                None,
+                role,
+                category,
+                sub,
+                45 if role == "root" else 10,
+                f"exitcode {row['exitcode']} ({signal})",
+                [row],
+                rank,
+                row["host"],
+                row["ts"],
+                row["file"],
+                row["line"],
+            )
+        )
+    return out
+
+
+def group_incidents(candidates: list[Candidate]) -> list[Incident]:
+    groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+    for candidate in candidates:
+        groups[candidate.signature].append(candidate)
+    return [Incident(group) for group in groups.values()]
+
+
+def choose_root(incidents: list[Incident]) -> Incident | None:
+    """Earliest root incident; ties (or no clock) go to the more specific signature, then file order."""
+    roots = [i for i in incidents if i.first.role == "root"]
+    if not roots:
+        return None
+    timed = [i for i in roots if i.ts is not None]
+    if timed:
+        earliest = min(i.ts for i in timed)  # type: ignore[type-var]
+        window = [i for i in timed if (i.ts - earliest).total_seconds() <= 1.0]  # type: ignore[operator]
+        untimed_better = [i for i in roots if i.ts is None and i.first.priority > max(w.first.priority for w in window)]
+        roots = window + untimed_better
+    return min(roots, key=lambda i: (-i.first.priority, not i.first.from_traceback, i.first.file, i.first.line))
+
+
+def infer_rank_from_context(incident: Incident, candidates: list[Candidate]) -> list[int]:
+    """An unprefixed pasted log: borrow the rank of a symptom line that repeats the root's message."""
+    message = incident.first.text.split(": ", 1)[-1].strip()
+    if len(message) < 12:
+        return []
+    return sorted({c.rank for c in candidates if c.rank is not None and message in c.text})

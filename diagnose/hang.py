@@ -1,0 +1,80 @@
+"""Name suspects when every failing rank only timed out: who never arrived, who went quiet.
+
+From text alone (shared/reference/message-formats.md, "Hang analysis"): a rank whose last enqueued
+work equals its last completed work never entered the stuck collective; ranks timing out on different
+SeqNum/OpType/sizes took different code paths (a desync); a rank that printed no timeout but was
+SIGTERMed by torchrun was still stuck when the others gave up; expected ranks with no line at all
+went silent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diagnose.decide import Candidate
+
+_TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}
+_STATUS_PATTERN = "nccl-watchdog-work-status"
+
+
+@dataclass(frozen=True)
+class HangAnalysis:
+    subcategory: str | None
+    suspects: tuple[int, ...]
+    victims: tuple[int, ...]
+    silent: tuple[int, ...]
+    reason: str
+    table: tuple[dict[str, object], ...]
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+
+def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysis | None:
+    timeouts = [c for c in candidates if c.pattern is not None and c.pattern.id in _TIMEOUT_PATTERNS]
+    if not timeouts:
+        return None
+    per_rank: dict[int, dict[str, object]] = {}
+    for c in timeouts:
+        if c.rank is None:
+            continue
+        entry = per_rank.setdefault(c.rank, {"rank": c.rank})
+        for key in ("seq", "op", "numel_in", "timeout_ms", "ran_ms"):
+            if c.fields.get(key) is not None:
+                entry.setdefault(key, c.fields[key])
+    for c in candidates:
+        if c.pattern is not None and c.pattern.id == _STATUS_PATTERN and c.rank is not None:
+            entry = per_rank.setdefault(c.rank, {"rank": c.rank})
+            entry["enqueued"] = _int(c.fields.get("enqueued") or c.fields.get("enqueued2"))
+            entry["completed"] = _int(c.fields.get("completed") or c.fields.get("completed2"))
+    victims = set(per_rank)
+    never_entered = {
+        r for r, e in per_rank.items() if e.get("enqueued") is not None and e.get("enqueued") == e.get("completed")
+    }
+    terminated = {c.rank for c in candidates if c.subcategory == "teardown" and c.rank is not None}
+    active = {c.rank for c in candidates if c.rank is not None}
+    silent = expected - victims - active
+    signatures = {(e.get("seq"), e.get("op"), e.get("numel_in")) for e in per_rank.values() if e.get("seq")}
+    subcategory = "desync" if len(signatures) > 1 else None
+    behind: set[int] = set()
+    seqs = {r: _int(str(e["seq"])) for r, e in per_rank.items() if e.get("seq")}
+    if len({s for s in seqs.values()}) > 1:
+        low = min(s for s in seqs.values() if s is not None)
+        behind = {r for r, s in seqs.items() if s == low}
+    if never_entered:
+        suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
+    elif terminated - victims:
+        suspects, reason = terminated - victims, "printed no timeout and was still running when torchrun stopped it"
+    elif silent:
+        suspects, reason = silent, "printed nothing while the others timed out"
+    elif behind and len(behind) < len(seqs):
+        suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"
+    else:
+        suspects, reason = set(), "every rank timed out; no rank stands out"
+    for rank in suspects | silent:
+        per_rank.setdefault(rank, {"rank": rank, "note": "no timeout printed"})
+    table = tuple(per_rank[r] for r in sorted(per_rank))
+    return HangAnalysis(
+        subcategory, tuple(sorted(suspects)), tuple(sorted(victims - suspects)), tuple(sorted(silent)), reason, table
+    )

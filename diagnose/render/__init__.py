@@ -1,0 +1,1 @@
+"""Views of a Diagnosis: terminal (rich), Markdown (tickets), JSON (the versioned contract)."""
