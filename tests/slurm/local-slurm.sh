@@ -213,20 +213,26 @@ StorageLoc=slurm_acct_db
 EOF
 }
 
-# write_configs: sets CONF_CHANGED=1 when slurm.conf's content changes.
-CONF_CHANGED=0
+# write_configs: write hooks, slurm.conf and slurmdbd.conf. When slurm.conf's content changes while
+# slurmctld runs, restart slurmctld and slurmd (EpilogSlurmctld needs a real restart, and a topology
+# change requeues running jobs, so refuse while jobs run; nothing is written then).
 write_configs() {
     local new name
     mkdir -p "$CONF_DIR"
+    new=$(render_slurm_conf)
+    if [[ ! -f $SLURM_CONF_FILE ]] || [[ $new != "$(cat "$SLURM_CONF_FILE")" ]]; then
+        if pid_alive "$D/run/slurmctld.pid" slurmctld; then
+            jobs_running && die "slurm.conf would change but jobs are running; run 'down' first"
+            log "slurm.conf changed: restarting slurmd and slurmctld"
+            stop_pid "$D/run/slurmd.pid" slurmd 20
+            stop_pid "$D/run/slurmctld.pid" slurmctld 20
+        fi
+        printf '%s\n' "$new" >"$SLURM_CONF_FILE"
+    fi
     for name in epilog epilog_slurmctld; do
         hook_script "$name" >"$D/hooks/$name.sh"
         chmod 755 "$D/hooks/$name.sh"
     done
-    new=$(render_slurm_conf)
-    if [[ ! -f $SLURM_CONF_FILE ]] || [[ $new != "$(cat "$SLURM_CONF_FILE")" ]]; then
-        printf '%s\n' "$new" >"$SLURM_CONF_FILE"
-        CONF_CHANGED=1
-    fi
     if [[ $ACCOUNTING == dbd ]]; then
         (
             umask 077
@@ -323,15 +329,6 @@ cmd_up() {
     mkdir -p "$D"/{ctld,spool,run,log,hooks,hooks-out}
     install_packages
     write_configs
-    if ((CONF_CHANGED)) && pid_alive "$D/run/slurmctld.pid" slurmctld; then
-        # EpilogSlurmctld needs a real restart, and a topology change requeues running jobs.
-        if jobs_running; then
-            die "slurm.conf changed but jobs are running; run 'down' first"
-        fi
-        log "slurm.conf changed: restarting slurmd and slurmctld"
-        stop_pid "$D/run/slurmd.pid" slurmd 20
-        stop_pid "$D/run/slurmctld.pid" slurmctld 20
-    fi
     start_munge
     if [[ $ACCOUNTING == dbd ]]; then
         start_mariadb

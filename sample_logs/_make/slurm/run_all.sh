@@ -101,7 +101,9 @@ scenario() {
                 "pipeline_model_parallel_size": 1, "context_parallel_size": 1, "global_batch_size": 64,
                 "bf16": false, "fp16": false, "tokenizer_type": "GPT2BPETokenizer"}' '{}')" ;;
         checkpoint-truncated) # rank 4's shard of the checkpoint written by "ok" is cut short
-            [[ -f $WORK/ckpt/latest_checkpointed_iteration.txt ]] || scenario ok
+            if [[ ! -f $WORK/ckpt/latest_checkpointed_iteration.txt ]]; then # write it, without collecting
+                wait_job "$(submit "$(config "{\"save\": \"$WORK/ckpt\"}" '{}')")"
+            fi
             rm -rf "$WORK/ckpt-resume"
             cp -a "$WORK/ckpt" "$WORK/ckpt-resume"
             truncate -s 4096 "$WORK/ckpt-resume/iter_0000020/mp_rank_04/model_optim_rng.pt"
