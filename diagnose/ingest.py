@@ -25,7 +25,7 @@ from diagnose.prefixes import EMPTY, Prefix, split_prefix
 from diagnose.readers import read_log
 from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
-from diagnose.tracebacks import parse_error_json, parse_failures, parse_traceback
+from diagnose.tracebacks import WINDOW_LINES, parse_error_json, parse_failures, parse_traceback
 
 MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
 CENSUS_BYTES = 1 << 18
@@ -135,6 +135,26 @@ def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) ->
     return rows
 
 
+def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:
+    """Lines inside a torchrun summary entry (its embedded traceback) belong to that entry's rank."""
+    exits = sorted((r for r in rows if r["kind"] == "exit"), key=lambda r: r["line"])
+    if not exits:
+        return
+    spans = [
+        (e["line"], nxt["line"] if nxt is not None else e["line"] + WINDOW_LINES, e)
+        for e, nxt in zip(exits, [*exits[1:], None], strict=True)
+    ]
+    for row in rows:
+        if row["kind"] == "exit" or row["rank"] is not None:
+            continue
+        for begin, end, record in spans:
+            if begin < row["line"] < end:
+                row["rank"], row["local_rank"] = record["rank"], record["local_rank"]
+                row["host"] = row["host"] or record["host"]
+                row["ts"] = row.get("ts") or record["ts"]
+                break
+
+
 def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
     seen = set()
     for part in (data[:CENSUS_BYTES], data[-CENSUS_BYTES:]):
@@ -162,6 +182,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
             if not any(k[1] == block[1] and hit.line_no - k[0] < 40 for k in seen_keys):
                 seen_keys.add((hit.line_no, hit.prefix.stream_key))
                 rows.extend(_exit_rows(file, display, data, hit, year))
+    _attribute_summary_rows(rows)
     file_year = next((r["ts"].year for r in rows if r.get("ts") is not None), None)
     return FileResult(rows, _census(data), read.size, read.warnings, file_year)
 

@@ -21,6 +21,7 @@ _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.-]{1,63}):(\d+):\d+ \[(\d+)\] ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 _MAX_STACK = 6
+_PROGRAMS = ("slurmstepd", "slurmd", "slurmctld", "srun", "sbatch", "salloc", "scancel", "kernel", "systemd")
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ EMPTY = Prefix()
 def _looks_like_host(token: str) -> bool:
     # Exception types and module paths also end in ": "; hostnames are lower-case and carry a digit,
     # a dot or a hyphen (node001, gpu-a-12, 10.0.0.2, worker-1).
+    # slurmstepd names itself after the node (`slurmstepd-vm: error: ...`): a program, not a pdsh host.
+    if token.startswith(_PROGRAMS):
+        return False
     return any(c.isdigit() or c in ".-" for c in token) and not token.endswith(".")
 
 

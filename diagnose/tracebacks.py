@@ -80,12 +80,32 @@ def _window(data: bytes, start: int, prefix: Prefix, first_line: int) -> Iterato
             yield first_line + offset, line_prefix, text
 
 
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" \t"))
+
+
+def _exception_type(stripped: str) -> str | None:
+    found = _EXCEPTION.match(stripped)
+    if found is None:
+        return None
+    kind = found["type"]
+    if found["message"] is not None or "." in kind or kind.endswith(("Error", "Exception", "Interrupt", "Exit")):
+        return kind
+    return None
+
+
 def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback:
+    """Frames and exception line of the traceback whose header is at `start`.
+
+    Tracebacks also appear indented inside torchrun's failure summary (`traceback : Traceback ...`), so
+    the exception line is the first line back at the frames' base indentation, not the first unindented.
+    """
     lines = _window(data, start, prefix, line_no)
     first = next(lines)[2]
     rich = "╭" in first or "│" in first
     frames: list[Frame] = []
     chained = False
+    base: int | None = None
     for number, _, text in lines:
         stripped = text.strip()
         if not stripped:
@@ -97,22 +117,20 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
             if text.lstrip().startswith(("│", "╰", "╭", "|")):
                 continue
         elif (m := _FRAME.fullmatch(text)) is not None:
+            if base is None:
+                base = max(_indent(text) - 2, 0)
             frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
             continue
-        elif text[:1].isspace() or stripped.startswith(("^", "~", "[Previous line repeated")):
+        elif _indent(text) > (base or 0) or stripped.startswith(("^", "~", "[Previous line repeated")):
             continue
         if stripped.startswith("Traceback (most recent call last)"):
             break  # a new traceback before any exception line: this one was cut off
         if stripped.startswith(_CHAIN):
             chained = True
             continue
-        found = _EXCEPTION.match(stripped)
-        exc_type = (
-            found["type"]
-            if found
-            and (found["message"] is not None or "." in found["type"] or found["type"].endswith(("Error", "Exception")))
-            else None
-        )
+        exc_type = _exception_type(stripped)
+        if exc_type is None:
+            break  # not an exception line: the traceback was cut off or is not one
         return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type, chained)
     return Traceback(line_no, None, prefix, tuple(frames), None, None, chained)
 
