@@ -16,8 +16,19 @@ CASES = [(p, e) for p in PATTERNS for e in p.examples]
 def test_library_is_large_enough_and_covers_every_category():
     categories = {p.category for p in PATTERNS}
     assert len(PATTERNS) >= 60, f"only {len(PATTERNS)} patterns"
-    assert categories >= {"oom", "shape", "import", "nccl", "hang", "cuda_error", "killed", "data", "checkpoint",
-                          "config", "code"}
+    assert categories >= {
+        "oom",
+        "shape",
+        "import",
+        "nccl",
+        "hang",
+        "cuda_error",
+        "killed",
+        "data",
+        "checkpoint",
+        "config",
+        "code",
+    }
 
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
@@ -26,7 +37,9 @@ def test_pattern_has_a_must_match_example_and_compiles_in_rust(pattern):
     assert rust_compatible(pattern) is None
 
 
-@pytest.mark.parametrize(("pattern", "example"), CASES, ids=[f"{p.id}:{i}" for p in PATTERNS for i, _ in enumerate(p.examples)])
+@pytest.mark.parametrize(
+    ("pattern", "example"), CASES, ids=[f"{p.id}:{i}" for p in PATTERNS for i, _ in enumerate(p.examples)]
+)
 def test_example(pattern, example):
     assert check_example(SCANNER, pattern, example) is None
 
