@@ -96,9 +96,10 @@ def analyze(
 
 
 def _expected_ranks(events: pl.DataFrame, census: set[tuple[int | None, int | None, int | None]]) -> set[int]:
+    """Global ranks are 0..WORLD_SIZE-1, so every rank below the highest one seen must exist."""
     ranks = set(events.get_column("grank").drop_nulls().to_list())
     ranks |= {rank for _, _, rank in census if rank is not None}
-    return ranks
+    return set(range(max(ranks) + 1)) if ranks else set()
 
 
 def format_ranks(ranks: Iterable[int]) -> str:
@@ -165,11 +166,16 @@ def _verdict(
         first = min(symptoms, key=lambda c: (c.ts is None, c.ts, c.file, c.line))
         return Verdict(
             category=first.category,
-            title=f"{first.pattern.title if first.pattern else first.text} (no root cause found in the logs)",
+            subcategory=first.subcategory,
+            title=f"{first.pattern.title if first.pattern else first.text} (no rank logged a cause of its own)",
             rank=None,
+            ranks=tuple(sorted({c.rank for c in symptoms if c.rank is not None and c.pattern == first.pattern})),
+            host=first.host,
+            exception=first.text,
             confidence="low",
             pattern=first.pattern.id if first.pattern else None,
-            explanation="Only consequences of a failure were found; the failing rank's own log may be missing.",
+            explanation=(first.pattern.explanation if first.pattern else "")
+            or "Only consequences of a failure were found; the failing rank's own log may be missing.",
         )
     teardown = [c for c in candidates if c.category == "killed"]
     if teardown:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -23,7 +24,7 @@ EXIT_INTERNAL = 1
 SUBCOMMANDS = ("explain", "patterns")
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     terminal = "terminal"
     markdown = "markdown"
     json = "json"
@@ -46,17 +47,23 @@ def _write(text: str, output: Path | None) -> None:
 
 
 def analyze_command(
-    paths: list[str] = typer.Argument(..., help="Log directories or files; '-' reads one pasted log from stdin."),
-    job: str | None = typer.Option(
-        None, "--job", "-j", help="SLURM job id: pick its files under PATH, add sacct facts."
-    ),
-    output_format: Format = typer.Option(Format.terminal, "--format", "-f", help="terminal, markdown or json."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the report to FILE (atomically)."),
-    patterns: list[Path] = typer.Option([], "--patterns", "-p", help="Extra pattern directory (repeatable)."),
+    paths: Annotated[list[str], typer.Argument(help="Log directories or files; '-' reads one pasted log from stdin.")],
+    job: Annotated[
+        str | None, typer.Option("--job", "-j", help="SLURM job id: pick its files, add sacct facts.")
+    ] = None,
+    output_format: Annotated[
+        Format, typer.Option("--format", "-f", help="terminal, markdown or json.")
+    ] = Format.terminal,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report to FILE (atomically).")
+    ] = None,
+    patterns: Annotated[
+        list[Path] | None, typer.Option("--patterns", "-p", help="Extra pattern directory (repeatable).")
+    ] = None,
 ) -> None:
     """Tell why a distributed training job died, from every rank's logs."""
     try:
-        library = load_library(patterns)
+        library = load_library(patterns or [])
     except PatternError as exc:
         raise _fail(str(exc)) from exc
     stdin = sys.stdin.buffer.read() if paths == ["-"] else None
@@ -89,7 +96,7 @@ tools.add_typer(patterns_app, name="patterns")
 
 
 @tools.command("explain")
-def explain(pattern_id: str = typer.Argument(..., help="Pattern id (or alias), e.g. cuda-oom.")) -> None:
+def explain(pattern_id: Annotated[str, typer.Argument(help="Pattern id (or alias), e.g. cuda-oom.")]) -> None:
     """Explain one failure signature: what it means, why it matters, how to fix it."""
     library = load_patterns(pattern_dirs())
     found = next((p for p in library if pattern_id in (p.id, *p.aliases)), None)
@@ -115,15 +122,17 @@ def explain(pattern_id: str = typer.Argument(..., help="Pattern id (or alias), e
 
 @patterns_app.command("list")
 def list_patterns(
-    patterns: list[Path] = typer.Option([], "--patterns", "-p", help="Extra pattern directory (repeatable)."),
+    patterns: Annotated[
+        list[Path] | None, typer.Option("--patterns", "-p", help="Extra pattern directory (repeatable).")
+    ] = None,
 ) -> None:
     """List every signature: id, category, role, title."""
-    for p in load_patterns(pattern_dirs(patterns)):
+    for p in load_patterns(pattern_dirs(patterns or [])):
         typer.echo(f"{p.id:<34} {p.category:<11} {p.role:<8} {p.title}")
 
 
 @patterns_app.command("check")
-def check(directory: Path = typer.Argument(..., help="A directory of pattern TOML files.")) -> None:
+def check(directory: Annotated[Path, typer.Argument(help="A directory of pattern TOML files.")]) -> None:
     """Validate a pattern directory and run its examples through the production matcher."""
     try:
         loaded = load_patterns([directory])

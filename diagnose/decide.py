@@ -19,6 +19,7 @@ import polars as pl
 import regex
 
 from diagnose.patterns import Pattern
+from diagnose.tracebacks import SIGNAL_NAMES
 
 Row = dict[str, Any]
 _DIGITS = regex.compile(r"\d+")
@@ -158,7 +159,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
     timed_out = {c.rank for c in others if c.role == "symptom" and c.rank is not None}
     seen: set[int | None] = set()
     out = []
-    for row in events.filter(pl.col("kind") == "exit").iter_rows(named=True):
+    for row in _exit_rows(events):
         signal, rank = row["signal"], row["grank"]
         if signal is None or (rank in seen and rank is not None):
             continue
@@ -190,6 +191,21 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
             )
         )
     return out
+
+
+def _exit_rows(events: pl.DataFrame) -> list[Row]:
+    """torchrun summary entries, then exit codes printed on their own (`failed (exitcode: -9) local_rank: 0`)."""
+    rows = list(events.filter(pl.col("kind") == "exit").iter_rows(named=True))
+    summarised = {(r["grank"], r["exitcode"]) for r in rows}
+    for row in events.filter((pl.col("kind") == "pattern") & pl.col("fields").str.contains('"exitcode"')).iter_rows(
+        named=True
+    ):
+        code = json.loads(row["fields"]).get("exitcode", "")
+        if not code.lstrip("-").isdigit() or (row["grank"], int(code)) in summarised:
+            continue
+        signal = SIGNAL_NAMES.get(-int(code)) if int(code) < 0 else None
+        rows.append({**row, "exitcode": int(code), "signal": signal})
+    return rows
 
 
 def group_incidents(candidates: list[Candidate]) -> list[Incident]:

@@ -81,9 +81,16 @@ def _base_row(file: LogFile, display: str, line: int, prefix: Prefix) -> dict[st
     }
 
 
-def _field_rank(fields: dict[str, str]) -> int | None:
+_TEXT_RANK = regex.compile(r"\[(?:PG [^\]]*?)?Rank (\d{1,7})\]")
+
+
+def _field_rank(fields: dict[str, str], text: str) -> int | None:
+    """A rank named in the message itself: a pattern's `rank` group, else c10d's `[Rank N]` / `[PG … Rank N]`."""
     value = fields.get("rank")
-    return int(value) if value is not None and value.isdigit() else None
+    if value is not None and value.isdigit():
+        return int(value)
+    found = _TEXT_RANK.search(text)
+    return int(found.group(1)) if found else None
 
 
 def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict[str, Any]]:
@@ -92,7 +99,9 @@ def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict
     for pattern_id, fields in hit.fields:
         row = _base_row(file, display, hit.line_no, hit.prefix)
         if row["rank"] is None:
-            row["rank"] = _field_rank(fields)
+            row["rank"] = _field_rank(fields, hit.text)
+        if row["local_rank"] is None and fields.get("local_rank", "").isdigit():
+            row["local_rank"] = int(fields["local_rank"])
         if row["host"] is None and fields.get("host"):
             row["host"] = fields["host"]
         row.update(kind="pattern", pattern=pattern_id, ts=ts, text=hit.text[:MAX_TEXT], fields=json.dumps(fields))

@@ -180,11 +180,11 @@ def _record(fields: dict[str, str], line: int, in_root: bool) -> ExitRecord:
     if (m := _SIGNAL.search(fields.get("traceback", ""))) is not None:
         signal = m["name"]
     elif code is not None and code < 0:
-        signal = _SIGNAL_NAMES.get(-code, f"signal {-code}")
+        signal = SIGNAL_NAMES.get(-code, f"signal {-code}")
     return ExitRecord(line, rank, local, fields.get("host"), code, signal, fields.get("time"), in_root)
 
 
-_SIGNAL_NAMES = {
+SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
     6: "SIGABRT",
