@@ -29,20 +29,25 @@ PROFILES = {
 }
 
 # GPU-profile sequence lengths that make rank 1's attention scores (4 x 8 x S x S fp32) large:
-#   18400: 40.4 GiB per layer; forward peaks at 3 such blocks (fits in 140 GiB), backward needs a 4th.
+#   18400: 40.4 GiB per layer; forward needs 3 such blocks, 4 once the freed first one is split by
+#          smaller tensors (seen: OOM in the 2nd layer's softmax, 39 GiB reserved but unallocated).
 #   26000: 80.6 GiB; the softmax in forward needs a 2nd block.
 #   12288: 4.8e9 elements, more than int32 offsets reach.
-LONG = {"oom_bwd": 18400, "oom_fwd": 26000, "big": 12288}
+#   21700: 56.1 GiB; with one layer forward needs 2 such blocks, backward a 3rd.
+LONG = {"oom_frag": 18400, "oom_bwd": 21700, "oom_fwd": 26000, "big": 12288}
 
 FAIL_STEP = "4"
 
 SCENARIOS = {
     # name: (group, config overrides, extra env, extra torchrun args)
     "healthy": ("rest", dict(steps=20, log_every=5, eval_every=10), {}, []),
-    "oom-backward-exit": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_bwd"}}}), {}, []),
-    "oom-backward-hang": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_bwd"}}},
+    "oom-backward-exit": ("mem", dict(layers=1, plan={"1": {FAIL_STEP: {"seq_len": "oom_bwd"}}}), {}, []),
+    "oom-backward-hang": ("mem", dict(layers=1, plan={"1": {FAIL_STEP: {"seq_len": "oom_bwd"}}},
                                       metrics_file="{job}/metrics-rank{rank}.jsonl"), {}, []),
     "oom-forward": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_fwd"}}}), {}, []),
+    "oom-forward-fragmented": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_frag"}}}), {}, []),
+    "oom-forward-hang": ("mem", dict(plan={"1": {FAIL_STEP: {"seq_len": "oom_frag"}}},
+                                     metrics_file="{job}/metrics-rank{rank}.jsonl"), {}, []),
     "shape-exit": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}}), {}, []),
     "shape-hang": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}},
                                 metrics_file="{job}/metrics-rank{rank}.jsonl"), {}, []),
@@ -58,15 +63,16 @@ SCENARIOS = {
                   {}, []),
     "sigkill": ("rest", dict(plan={"1": {FAIL_STEP: {"preempt": True}}}), {}, []),
     "device-assert": ("rest", dict(plan={"1": {FAIL_STEP: {"pad": 16}}}), {}, []),
-    "illegal-memory-access": ("rest", dict(softcap=30.0, plan={"1": {FAIL_STEP: {"seq_len": "big"}}}),
-                              {}, []),
+    "illegal-memory-access": ("rest", dict(fused_embedding=True,
+                                           plan={"1": {FAIL_STEP: {"shard_dtype": "uint16"}}}), {}, []),
     "rendezvous-c10d": ("rest", {}, {}, "rdzv-c10d"),
     "rendezvous-static": ("rest", {}, {}, "rdzv-static"),
     "nccl-ifname": ("rest", {}, {"NCCL_SOCKET_IFNAME": "nonexistent0"}, []),
     "nccl-ifname-debug": ("rest", {}, {"NCCL_SOCKET_IFNAME": "nonexistent0", "NCCL_DEBUG": "INFO"}, []),
 }
 
-GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "illegal-memory-access",
+GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forward-fragmented",
+            "oom-forward-hang", "illegal-memory-access",
             "nccl-ifname", "nccl-ifname-debug"}
 
 

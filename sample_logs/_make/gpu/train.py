@@ -67,15 +67,19 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab, dim, heads, layers, softcap=None):
+    def __init__(self, vocab, dim, heads, layers, softcap=None, fused_embedding=False):
         super().__init__()
+        self.fused_embedding = fused_embedding
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, heads, softcap) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
 
     def forward(self, tokens):
-        x = self.embed(tokens)
+        if self.fused_embedding and tokens.is_cuda:
+            x = FusedEmbedding.apply(tokens, self.embed.weight)
+        else:
+            x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x))
@@ -97,6 +101,36 @@ if triton is not None:
         val = tl.load(x_ptr + offs, mask=mask)
         e = tl.exp(2.0 * val / cap)
         tl.store(x_ptr + offs, cap * (e - 1.0) / (e + 1.0), mask=mask)
+
+    @triton.jit
+    def _embedding_kernel(ids_ptr, w_ptr, out_ptr, dim, BLOCK_D: tl.constexpr):
+        row = tl.program_id(0)
+        idx = tl.load(ids_ptr + row)
+        cols = tl.arange(0, BLOCK_D)
+        mask = cols < dim
+        vals = tl.load(w_ptr + idx * dim + cols, mask=mask)
+        tl.store(out_ptr + row * dim + cols, vals, mask=mask)
+
+
+class FusedEmbedding(torch.autograd.Function):
+    """Embedding lookup as one Triton kernel; backward scatters with index_add_."""
+
+    @staticmethod
+    def forward(ctx, ids, weight):
+        flat = ids.reshape(-1).contiguous()
+        out = torch.empty(flat.numel(), weight.size(1), device=weight.device, dtype=weight.dtype)
+        _embedding_kernel[(flat.numel(),)](flat, weight, out, weight.size(1),
+                                           BLOCK_D=triton.next_power_of_2(weight.size(1)))
+        ctx.save_for_backward(flat)
+        ctx.weight_shape = weight.shape
+        return out.view(*ids.shape, weight.size(1))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (flat,) = ctx.saved_tensors
+        grad_w = torch.zeros(ctx.weight_shape, device=grad.device, dtype=grad.dtype)
+        grad_w.index_add_(0, flat, grad.reshape(-1, ctx.weight_shape[1]))
+        return None, grad_w
 
 
 def fused_softcap(x, cap):
@@ -147,6 +181,9 @@ def get_batch(cfg, rank, step, device):
     n_tokens = plan.get("shard_tokens", mb * seq)
     g = torch.Generator().manual_seed(1000 * rank + step)
     buf = torch.randint(0, cfg["vocab"], (n_tokens + 1,), generator=g)
+    if plan.get("shard_dtype") == "uint16":  # shard written as uint16, read as int32
+        raw = torch.randint(0, cfg["vocab"], (2 * (n_tokens + 1),), generator=g).to(torch.int16)
+        buf = raw.view(torch.int32).to(torch.int64)
     tokens = buf[:-1].view(mb, seq)
     labels = buf[1:].view(mb, seq).clone()
     pad = plan.get("pad", 0)
@@ -212,7 +249,8 @@ def main():
             print(f"model parallel setup done: {tcfg.num_layers} layers, hidden {tcfg.hidden_size}",
                   flush=True)
 
-    model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap")).to(device)
+    model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
+                    cfg.get("fused_embedding", False)).to(device)
     model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
     if rank == 0:
