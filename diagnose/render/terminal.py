@@ -164,6 +164,8 @@ def _evidence(evidence: Sequence[Evidence]) -> RenderableType | None:
         for rank, where in group.places:
             places.add_row(f"rank {rank if rank is not None else '?'}", _lines(where))
         blocks += [_text(group.text, "bold"), Padding(places, (0, 0, 1, 2))]
+    if blocks:  # a blank line separates groups, not the last group from the next section
+        blocks[-1] = Padding(places, (0, 0, 0, 2))
     return Group(*blocks) if blocks else None
 
 
