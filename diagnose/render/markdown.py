@@ -328,7 +328,7 @@ def _details_block(summary: str, body: list[str]) -> list[str]:
 
 
 def _why(verdict: Verdict) -> list[str]:
-    return [escape(p) for p in str(verdict.explanation or "").split("\n\n") if p.strip()]
+    return [_inline(p) for p in str(verdict.explanation or "").split("\n\n") if p.strip()]
 
 
 def _ranks_body(diagnosis: Diagnosis) -> list[str]:
@@ -356,7 +356,7 @@ def _symptoms_body(diagnosis: Diagnosis) -> list[str]:
         ranks = ranks_text(symptom.ranks)
         where = f"ranks {escape(ranks)}" if ranks else "unknown ranks"
         kind = escape(symptom.kind).strip() or "unknown"
-        lines += [f"**{kind}** on {where}, {escape(symptom.count)} lines, e.g.:", ""]
+        lines += [f"**{kind}** on {where}, {escape(plural(symptom.count, 'line'))}, e.g.:", ""]
         lines += [*fence(str(symptom.example).strip()), ""]
     return lines
 
@@ -393,7 +393,7 @@ def _fixes_body(fixes: Sequence[Fix]) -> list[str]:
 def _inputs_body(diagnosis: Diagnosis) -> list[str]:
     inputs, job = diagnosis.inputs, diagnosis.job
     paths = ", ".join(code_span(p) for p in inputs.paths) or NONE
-    lines = [f"- paths: {paths}", f"- {escape(inputs.files)} files, {escape(human_bytes(inputs.bytes))}"]
+    lines = [f"- paths: {paths}", f"- {escape(plural(inputs.files, 'file'))}, {escape(human_bytes(inputs.bytes))}"]
     facts = [("job", job.id), ("state", job.state), ("exit code", job.exit_code), ("elapsed", job.elapsed)]
     lines += [f"- {label}: {escape(value)}" for label, value in facts if value]
     if job.nodes:
