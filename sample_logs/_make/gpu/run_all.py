@@ -63,7 +63,7 @@ SCENARIOS = {
                   {}, []),
     "sigkill": ("rest", dict(plan={"1": {FAIL_STEP: {"preempt": True}}}), {}, []),
     "device-assert": ("rest", dict(plan={"1": {FAIL_STEP: {"pad": 16}}}), {}, []),
-    "illegal-memory-access": ("rest", dict(fused_embedding=True,
+    "invalid-address-space": ("rest", dict(fused_embedding=True,
                                            plan={"1": {FAIL_STEP: {"shard_dtype": "uint16"}}}), {}, []),
     "rendezvous-c10d": ("rest", {}, {}, "rdzv-c10d"),
     "rendezvous-static": ("rest", {}, {}, "rdzv-static"),
@@ -72,7 +72,7 @@ SCENARIOS = {
 }
 
 GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forward-fragmented",
-            "oom-forward-hang", "illegal-memory-access",
+            "oom-forward-hang", "invalid-address-space",
             "nccl-ifname", "nccl-ifname-debug"}
 
 
