@@ -6,6 +6,7 @@ incidents -> root cause or hang analysis -> advice. Each stage lives in its own 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,7 +40,13 @@ class Library:
 
 
 def load_library(extra_dirs: Iterable[str | os.PathLike[str]] = ()) -> Library:
-    patterns = load_patterns(pattern_dirs(extra_dirs))
+    """Patterns from the built-in, DIAGNOSE_PATTERNS and extra directories, compiled once per process."""
+    return _compiled(tuple(str(d) for d in pattern_dirs(extra_dirs)))
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(dirs: tuple[str, ...]) -> Library:
+    patterns = load_patterns([Path(d) for d in dirs])
     return Library(patterns, Scanner(patterns))
 
 

@@ -8,7 +8,6 @@ warning the report shows, plus whatever text could be recovered.
 from __future__ import annotations
 
 import bz2
-import gzip
 import lzma
 import zlib
 from dataclasses import dataclass
@@ -36,17 +35,21 @@ def _compression(head: bytes) -> str | None:
     return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
 
 
-def _decompress(raw: bytes, kind: str) -> bytes:
+def _decompress(raw: bytes, kind: str) -> tuple[bytes, bool]:
+    """Decompressed bytes and whether the stream ended early (a log rotated or copied mid-write)."""
     if kind == "gzip":
-        inflater = zlib.decompressobj(wbits=47)  # gzip or zlib header, concatenated members below
+        inflater = zlib.decompressobj(wbits=47)  # gzip header; concatenated members handled below
         out = inflater.decompress(raw, MAX_DECOMPRESSED)
         if inflater.unconsumed_tail:
             raise ValueError("decompressed size exceeds the 4 GiB limit")
-        return out if not inflater.unused_data else out + gzip.decompress(inflater.unused_data)
-    if kind == "bzip2":
-        return bz2.BZ2Decompressor().decompress(raw, MAX_DECOMPRESSED)
-    if kind == "xz":
-        return lzma.LZMADecompressor().decompress(raw, MAX_DECOMPRESSED)
+        if inflater.eof and inflater.unused_data:
+            rest, truncated = _decompress(inflater.unused_data, kind)
+            return out + rest, truncated
+        return out, not inflater.eof
+    if kind in ("bzip2", "xz"):
+        decompressor = bz2.BZ2Decompressor() if kind == "bzip2" else lzma.LZMADecompressor()
+        out = decompressor.decompress(raw, MAX_DECOMPRESSED)
+        return out, not decompressor.eof
     raise ValueError(f"{kind} compression is not supported; decompress it first (e.g. `zstd -d`)")
 
 
@@ -74,9 +77,11 @@ def read_log(path: Path, stdin_data: bytes | None = None) -> FileData:
     kind = _compression(raw[:8])
     if kind is not None:
         try:
-            raw = _decompress(raw, kind)
+            raw, truncated = _decompress(raw, kind)
         except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
             return FileData(name, b"", size, (f"{name}: {kind} data could not be decompressed ({exc})",))
+        if truncated:
+            warnings.append(f"{name}: {kind} data is truncated; read what could be decompressed")
     if not raw:
         return FileData(name, b"", size, (f"{name}: empty file",) if stdin_data is None else ())
     if _looks_binary(raw):

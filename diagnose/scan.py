@@ -17,6 +17,7 @@ import regex
 
 from diagnose.patterns import Pattern, PatternError
 from diagnose.prefixes import Prefix, split_prefix
+from diagnose.relax import relax
 
 try:  # optional speed-up; results are identical without it
     import hyperscan
@@ -31,6 +32,7 @@ ANCHORS = {
     "child-failed": r"Root Cause \(first observed failure\)|ChildFailedError",
 }
 
+MATCH_LIMIT = 4000  # real error lines are shorter; a runaway line must not make a regex backtrack for minutes
 _GROUP_NAME = regex.compile(r"\(\?P<[A-Za-z_]\w*>")
 
 
@@ -51,7 +53,7 @@ def _prefilter_expression(expression: str) -> str:
     # Hyperscan ignores captures but rejects Python's named-group syntax; a leading ^ must go because
     # the raw line still carries launcher prefixes that the exact match strips first.
     expression = _GROUP_NAME.sub("(", expression)
-    return expression[1:] if expression.startswith("^") else expression
+    return relax(expression[1:] if expression.startswith("^") else expression)
 
 
 def _compile_database(expressions: list[str], names: list[str]) -> object:
@@ -111,8 +113,13 @@ class Scanner:
             for index, expression in enumerate(self._fallback):
                 ends.extend((m.end(), index) for m in expression.finditer(data))
         by_line: dict[int, set[int]] = {}
-        for end, index in ends:
-            line_start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1 if end else 0
+        line_start, searched_to = 0, 0
+        for end, index in sorted(ends):
+            # Walk forward once: each byte is searched for a newline at most once, however many hits.
+            newline = data.rfind(b"\n", searched_to, max(end - 1, searched_to))
+            if newline >= 0:
+                line_start = newline + 1
+            searched_to = max(searched_to, end - 1)
             by_line.setdefault(line_start, set()).add(index)
         return by_line
 
@@ -135,7 +142,7 @@ class Scanner:
         """The exact match of one line; production and the pattern-example tests both come here."""
         if indexes is None:
             indexes = set(self._raw_hits(raw.encode("utf-8")).get(0, set()))
-        prefix, text = split_prefix(raw)
+        prefix, text = split_prefix(raw[:MATCH_LIMIT])
         ids: list[str] = []
         fields: list[tuple[str, dict[str, str]]] = []
         for index in sorted(indexes):
