@@ -67,14 +67,23 @@ def parallelism_details(fields: dict[str, str]) -> tuple[dict[str, Any], list[Fi
     return details, fixes
 
 
-def advise(incident: Incident | None, hang: HangAnalysis | None) -> tuple[dict[str, Any], list[Fix]]:
+def advise(
+    incident: Incident | None, hang: HangAnalysis | None, related: list[Incident] | None = None
+) -> tuple[dict[str, Any], list[Fix]]:
     if incident is None:
         if hang is not None:
             return _hang_details(hang), _hang_fixes(hang)
         return {}, []
     first = incident.first
-    fixes = fixes_from_pattern(first.pattern.fixes) if first.pattern else []
+    # A more specific line printed with the exception (NCCL's "Last error: ...") has the sharper fixes.
+    ranked = sorted([incident, *(related or [])], key=lambda i: -(i.first.pattern.priority if i.first.pattern else 0))
+    fixes = []
+    for item in ranked:
+        if item.first.pattern is not None:
+            fixes += [f for f in fixes_from_pattern(item.first.pattern.fixes) if f not in fixes]
     details: dict[str, Any] = {}
+    if related:
+        details["related"] = [{"pattern": i.first.pattern.id, "text": i.first.text} for i in related if i.first.pattern]
     fields = {k: v for c in incident.candidates for k, v in c.fields.items()}
     if first.category == "oom":
         details["oom"] = oom_details(fields)

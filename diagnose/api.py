@@ -79,7 +79,7 @@ def analyze(
     expected = _expected_ranks(events, ingested.census)
     hang = analyze_hang(candidates, expected) if root is None else None
     verdict = _verdict(root, hang, candidates, events)
-    details, fixes = advise(root, hang)
+    details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [])
     inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, warnings + ingested.warnings)
     failed = sorted({c.rank for c in candidates if c.role == "root" and c.rank is not None})
     victims = sorted({c.rank for c in candidates if c.role == "symptom" and c.rank is not None} - set(verdict.ranks))
@@ -143,7 +143,7 @@ def _verdict(
         confident = first.pattern is not None and first.pattern.priority >= 50 and rank is not None
         return Verdict(
             category=first.category,
-            subcategory=first.subcategory,
+            subcategory=first.subcategory or _phase_subcategory(first.category, root.phase),
             title=title,
             rank=rank,
             ranks=tuple(ranks),
@@ -188,6 +188,29 @@ def _verdict(
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+_PHASES = {"oom": ("forward", "backward", "optimizer"), "nccl": ("init",)}
+
+
+def _phase_subcategory(category: str, phase: str | None) -> str | None:
+    """Where in the step it failed, when the signature itself does not say (OOM in backward, NCCL at init)."""
+    return phase if phase in _PHASES.get(category, ()) else None
+
+
+def related_incidents(root: Incident, incidents: list[Incident]) -> list[Incident]:
+    """Other root-role lines the same rank printed at the same moment (NCCL's "Last error: ..."),
+    which often name the precise cause behind a generic exception."""
+    first = root.first
+    out = []
+    for other in incidents:
+        o = other.first
+        if other is root or o.role != "root" or o.rank != first.rank or o.pattern is None:
+            continue
+        close = o.ts is not None and first.ts is not None and abs((o.ts - first.ts).total_seconds()) <= 1.0
+        if close or (o.file == first.file and abs(o.line - first.line) <= 10):
+            out.append(other)
+    return out
 
 
 def _evidence(root: Incident | None, hang: HangAnalysis | None, candidates: list[Candidate]) -> list[Evidence]:

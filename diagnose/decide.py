@@ -23,6 +23,7 @@ from diagnose.tracebacks import SIGNAL_NAMES
 
 Row = dict[str, Any]
 _DIGITS = regex.compile(r"\d+")
+GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
 _HANG_PATTERNS = ("nccl-watchdog-timeout", "gloo-timeout")
 _ROOT_SIGNALS = {"SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}
 
@@ -47,6 +48,7 @@ class Candidate:
     code_line: int | None = None
     from_traceback: bool = False
     fields: dict[str, str] = field(default_factory=dict)
+    phase: str | None = None
 
     @property
     def signature(self) -> tuple[str, str]:
@@ -59,7 +61,17 @@ class Incident:
 
     @property
     def first(self) -> Candidate:
-        return min(self.candidates, key=_order_key)
+        """The earliest observation; ranks failing within the clock's 1 s resolution count as
+        simultaneous (the same config error on every rank), and then the lowest rank is reported."""
+        pool = [c for c in self.candidates if c.ts is not None] or self.candidates
+        if pool[0].ts is not None:
+            start = min(c.ts for c in pool)  # type: ignore[type-var]
+            pool = [c for c in pool if (c.ts - start).total_seconds() <= 1.0]  # type: ignore[operator]
+        return min(pool, key=lambda c: (c.rank is None, c.rank or 0, not c.from_traceback, c.file, c.line))
+
+    @property
+    def phase(self) -> str | None:
+        return next((c.phase for c in sorted(self.candidates, key=_order_key) if c.phase), None)
 
     @property
     def ranks(self) -> list[int]:
@@ -144,6 +156,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
                 code_file=row["code_file"],
                 code_line=row["code_line"],
                 from_traceback=True,
+                phase=json.loads(row["fields"] or "{}").get("phase") or None,
             )
         )
     for key, row in best.items():
@@ -226,7 +239,18 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
         window = [i for i in timed if (i.ts - earliest).total_seconds() <= 1.0]  # type: ignore[operator]
         untimed_better = [i for i in roots if i.ts is None and i.first.priority > max(w.first.priority for w in window)]
         roots = window + untimed_better
-    return min(roots, key=lambda i: (-i.first.priority, not i.first.from_traceback, i.first.file, i.first.line))
+    # A specific signature beats the generic catch-all; a Python exception beats a bare log line of the
+    # same moment (the NCCL WARN explains the DistBackendError, but the exception is what was raised).
+    return min(
+        roots,
+        key=lambda i: (
+            i.first.priority < GENERIC_PRIORITY,
+            not i.first.from_traceback,
+            -i.first.priority,
+            i.first.file,
+            i.first.line,
+        ),
+    )
 
 
 def infer_rank_from_context(incident: Incident, candidates: list[Candidate]) -> list[int]:

@@ -72,6 +72,8 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
         suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"
     else:
         suspects, reason = set(), "every rank timed out; no rank stands out"
+    if subcategory is None and suspects and len(suspects) < len(expected or suspects | victims):
+        subcategory = "straggler"
     for rank in suspects | silent:
         per_rank.setdefault(rank, {"rank": rank, "note": "no timeout printed"})
     table = tuple(per_rank[r] for r in sorted(per_rank))

@@ -25,7 +25,7 @@ from diagnose.prefixes import EMPTY, Prefix, split_prefix
 from diagnose.readers import read_log
 from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
-from diagnose.tracebacks import WINDOW_LINES, parse_error_json, parse_failures, parse_traceback
+from diagnose.tracebacks import WINDOW_LINES, parse_error_json, parse_failures, parse_traceback, phase_of
 
 MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
 CENSUS_BYTES = 1 << 18
@@ -120,7 +120,7 @@ def _traceback_rows(file: LogFile, display: str, data: bytes, hit: Hit) -> list[
         exception_line=tb.exception_line,
         code_file=frame.path if frame else None,
         code_line=frame.line if frame else None,
-        fields=json.dumps({"exc_type": tb.exc_type or "", "chained": str(tb.chained).lower()}),
+        fields=json.dumps({"exc_type": tb.exc_type or "", "phase": phase_of(tb.frames) or ""}),
     )
     return [row]
 
@@ -204,11 +204,18 @@ def _ingest_error_json(
         note = () if not data else (f"{display}: not a torchelastic error.json; skipped",)
         return FileResult([], set(), size, warnings + note, None)
     row = _base_row(file, display, 1, EMPTY)
-    exception = parsed.exception.splitlines()[-1].strip() if parsed.exception.strip() else None
+    # The message may span lines (NCCL appends "Last error: ..."); its first line is the exception, and
+    # the callstack's own last line carries the fully qualified type (torch.distributed.DistBackendError).
+    lines = [line.strip() for line in parsed.exception.splitlines() if line.strip()]
+    exception = lines[0] if lines else None
     code_file = code_line = None
+    phase = ""
     if parsed.traceback:
         callstack = parsed.traceback.encode()
         tb = parse_traceback(callstack, 0, 1, split_prefix(parsed.traceback.split("\n", 1)[0])[0])
+        phase = phase_of(tb.frames) or ""
+        if tb.exception and exception and tb.exception.endswith(exception):
+            exception = tb.exception
         if tb.user_frame is not None:
             code_file, code_line = tb.user_frame.path, tb.user_frame.line
     row.update(
@@ -218,6 +225,7 @@ def _ingest_error_json(
         exception=exception,
         code_file=code_file,
         code_line=code_line,
+        fields=json.dumps({"phase": phase}),
     )
     rows = [row]
     if exception:

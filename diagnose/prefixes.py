@@ -21,6 +21,10 @@ _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.-]{1,63}):(\d+):\d+ \[(\d+)\] ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 _MAX_STACK = 6
+_SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
+# c10 / glog headers: `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] `, torchelastic's
+# `E1129 16:48:08.288000 15679 torch/.../api.py:1028] ` and the old `[E ProcessGroupNCCL.cpp:916] `.
+_GLOG = regex.compile(r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? )?\s?[\w/.<>-]+:\d+\] ")
 _PROGRAMS = ("slurmstepd", "slurmd", "slurmctld", "srun", "sbatch", "salloc", "scancel", "kernel", "systemd")
 
 
@@ -48,8 +52,8 @@ def _looks_like_host(token: str) -> bool:
     # Exception types and module paths also end in ": "; hostnames are lower-case and carry a digit,
     # a dot or a hyphen (node001, gpu-a-12, 10.0.0.2, worker-1).
     # slurmstepd names itself after the node (`slurmstepd-vm: error: ...`): a program, not a pdsh host.
-    if token.startswith(_PROGRAMS):
-        return False
+    if token.startswith(_PROGRAMS) or token.endswith(_SOURCE_SUFFIXES):
+        return False  # `train.py: error: ...` is argparse naming the script
     return any(c.isdigit() or c in ".-" for c in token) and not token.endswith(".")
 
 
@@ -69,6 +73,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             host = host or m.group(2)
         elif (m := _NEMO.match(line, pos)) is not None:
             level, time = m.group(1), m.group(2)
+        elif (m := _GLOG.match(line, pos)) is not None:
+            level, time = line[pos : pos + 2].strip("[")[:1], m.group(0)
         elif (m := _NCCL_HEADER.match(line, pos)) is not None:
             host = host or m.group(1)
         elif (m := _DMESG.match(line, pos)) is not None:

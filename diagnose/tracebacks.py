@@ -56,6 +56,34 @@ class Traceback:
         return self.frames[-1] if self.frames else None
 
 
+_BACKWARD = ("backward", "_engine_run_backward", "run_backward")
+_INIT = (
+    "init_process_group",
+    "barrier",
+    "new_group",
+    "_new_group_with_tag",
+    "init_device_mesh",
+    "initialize_model_parallel",
+    "_store_based_barrier",
+    "_verify_params_across_processes",
+)
+
+
+def phase_of(frames: tuple[Frame, ...]) -> str | None:
+    """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init."""
+    funcs = {f.func for f in frames}
+    paths = " ".join(f.path for f in frames)
+    if funcs & set(_BACKWARD) or "torch/autograd/" in paths:
+        return "backward"
+    if "torch/optim/" in paths or "/optimizer/" in paths:
+        return "optimizer"
+    if funcs & set(_INIT):
+        return "init"
+    if "forward" in funcs or "_call_impl" in funcs:
+        return "forward"
+    return None
+
+
 @dataclass(frozen=True)
 class ExitRecord:
     """One entry of torchrun's ChildFailedError summary."""
