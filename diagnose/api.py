@@ -23,6 +23,7 @@ from diagnose.ingest import ingest
 from diagnose.model import Diagnosis, Evidence, Inputs, JobInfo, Location, RankSummary, Symptom, Verdict
 from diagnose.patterns import Pattern, load_patterns, pattern_dirs
 from diagnose.ranks import resolve_ranks
+from diagnose.rankset import format_ranks
 from diagnose.scan import Scanner
 from diagnose.slurm import job_info
 
@@ -107,24 +108,6 @@ def _expected_ranks(events: pl.DataFrame, census: set[tuple[int | None, int | No
     ranks = set(events.get_column("grank").drop_nulls().to_list())
     ranks |= {rank for _, _, rank in census if rank is not None}
     return set(range(max(ranks) + 1)) if ranks else set()
-
-
-def format_ranks(ranks: Iterable[int]) -> str:
-    """0,1,2,3,7 -> '0-3,7': 512 identical ranks read as one range."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = None
-    for rank in ordered:
-        if start is None:
-            start = prev = rank
-        elif rank == prev + 1:  # type: ignore[operator]
-            prev = rank
-        else:
-            parts.append(f"{start}-{prev}" if start != prev else str(start))
-            start = prev = rank
-    if start is not None:
-        parts.append(f"{start}-{prev}" if start != prev else str(start))
-    return ",".join(parts)
 
 
 def _verdict(

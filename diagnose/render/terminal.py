@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.model import Diagnosis, Evidence, Fix, Symptom, Verdict
-from diagnose.render.markdown import (
+from diagnose.render.facts import (
     NONE,
     DetailSection,
     detail_sections,
