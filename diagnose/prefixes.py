@@ -91,3 +91,21 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
 
 def strip_prefix(line: str) -> str:
     return split_prefix(line)[1]
+
+
+_GLUE = regex.compile(r"\[(?:default|rank)\d{1,7}\]:")
+
+
+def split_glued(line: str) -> list[tuple[int, str]]:
+    """(offset, piece) for each writer's output in one physical line.
+
+    Ranks writing to one pipe without line buffering glue their output together
+    (`...step 9[default1]:[rank1]: Traceback ...`); a torchrun prefix that does not directly follow
+    another prefix starts a new writer's piece.
+    """
+    own_prefix_end = len(line) - len(split_prefix(line)[1])
+    cuts = [m.start() for m in _GLUE.finditer(line, own_prefix_end) if m.start() > 0 and line[m.start() - 1] != ":"]
+    if not cuts:
+        return [(0, line)]
+    bounds = [0, *cuts, len(line)]
+    return [(a, line[a:b]) for a, b in zip(bounds, bounds[1:], strict=False) if line[a:b].strip()]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import regex
 
 from diagnose.patterns import Pattern, PatternError
-from diagnose.prefixes import Prefix, split_prefix
+from diagnose.prefixes import Prefix, split_glued, split_prefix
 from diagnose.relax import relax
 
 try:  # optional speed-up; results are identical without it
@@ -133,9 +133,11 @@ class Scanner:
             counted_to = start
             end = data.find(b"\n", start)
             raw = data[start : end if end >= 0 else len(data)].decode("utf-8", "replace").rstrip("\r")
-            hit = self.match_line(raw, line_no=line_no, start=start, indexes=by_line[start])
-            if hit is not None:
-                hits.append(hit)
+            for offset, piece in split_glued(raw):
+                at = start + len(raw[:offset].encode("utf-8"))
+                hit = self.match_line(piece, line_no=line_no, start=at, indexes=by_line[start])
+                if hit is not None:
+                    hits.append(hit)
         return hits
 
     def match_line(self, raw: str, *, line_no: int = 1, start: int = 0, indexes: set[int] | None = None) -> Hit | None:

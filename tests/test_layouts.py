@@ -1,0 +1,82 @@
+"""The same real failure laid out the ways real clusters store it: one file, per-task files, only the
+torchrun tree, glued lines, unprefixed paste, several jobs side by side.
+
+Every layout is made by rearranging the lines of one real SLURM run (sample_logs/slurm-shape-second-node:
+two nodes x four ranks, global rank 6 = node 1 local rank 2 raises, the others are victims); no line is
+invented.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from diagnose.api import analyze
+from diagnose.prefixes import strip_prefix
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs" / "slurm-shape-second-node"
+ROOT_LINE = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x20 and 16x32)"
+LABEL = re.compile(r"^\s*(\d+): ")
+
+
+def _err_lines() -> list[str]:
+    return next(SAMPLE.glob("slurm-*.err")).read_text().splitlines()
+
+
+def _verdict(path: Path):
+    return analyze([str(path)]).verdict
+
+
+def test_per_task_files_without_labels(tmp_path):
+    """`srun --output=%j-%t.err` without --label: one file per node, identity only in the file name."""
+    per_task: dict[str, list[str]] = {}
+    for line in _err_lines():
+        found = LABEL.match(line)
+        task = found.group(1) if found else "0"
+        per_task.setdefault(task, []).append(LABEL.sub("", line, count=1))
+    for task, lines in per_task.items():
+        (tmp_path / f"4-{task}.err").write_text("\n".join(lines) + "\n")
+    verdict = _verdict(tmp_path)
+    assert (verdict.category, verdict.rank, verdict.exception) == ("shape", 6, ROOT_LINE)
+
+
+def test_torchrun_tree_alone(tmp_path):
+    shutil.copytree(SAMPLE / "torchrun-logs", tmp_path / "torchrun-logs")
+    verdict = _verdict(tmp_path)
+    assert (verdict.category, verdict.rank, verdict.exception) == ("shape", 6, ROOT_LINE)
+
+
+def test_glued_lines_from_unbuffered_writers(tmp_path):
+    lines = _err_lines()
+    header = next(i for i, line in enumerate(lines) if "[rank6]: Traceback" in line)
+    glued = lines[: header - 1] + [lines[header - 1] + LABEL.sub("", lines[header], count=1)] + lines[header + 1 :]
+    (tmp_path / "slurm-4.err").write_text("\n".join(glued) + "\n")
+    verdict = _verdict(tmp_path)
+    assert (verdict.rank, verdict.exception) == (6, ROOT_LINE)
+    assert verdict.location is not None and verdict.location.file.endswith("train.py")
+
+
+def test_unprefixed_paste_still_finds_the_error(tmp_path):
+    """A user pasted the console with every prefix stripped: the rank is gone, the cause is not."""
+    (tmp_path / "pasted.log").write_text("\n".join(strip_prefix(line) for line in _err_lines()) + "\n")
+    verdict = _verdict(tmp_path)
+    assert (verdict.category, verdict.exception) == ("shape", ROOT_LINE)
+    assert verdict.rank in (None, 6)
+
+
+def test_job_option_picks_that_jobs_files(tmp_path):
+    other = Path(__file__).resolve().parent.parent / "sample_logs" / "slurm-sigkill-rank"
+    shutil.copy(next(SAMPLE.glob("slurm-*.err")), tmp_path / "train-12345.err")
+    shutil.copy(next(other.glob("slurm-*.err")), tmp_path / "train-12346.err")
+    assert _verdict_for_job(tmp_path, "12345").category == "shape"
+    assert _verdict_for_job(tmp_path, "12346").category == "killed"
+
+
+def _verdict_for_job(path: Path, job: str):
+    return analyze([str(path)], job=job).verdict
+
+
+def test_job_folder_named_by_id(tmp_path):
+    shutil.copytree(SAMPLE, tmp_path / "logs" / "12345", ignore=shutil.ignore_patterns("expected.toml"))
+    assert _verdict_for_job(tmp_path / "logs", "12345").rank == 6
