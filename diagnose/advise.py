@@ -11,7 +11,7 @@ from typing import Any
 
 import regex
 
-from diagnose.decide import Incident
+from diagnose.decide import Candidate, Incident
 from diagnose.hang import HangAnalysis
 from diagnose.model import Fix
 
@@ -43,16 +43,19 @@ def oom_details(fields: dict[str, str]) -> dict[str, Any]:
     return {k: v for k, v in details.items() if v is not None}
 
 
-def parallelism_details(fields: dict[str, str]) -> tuple[dict[str, Any], list[Fix]]:
-    """The arithmetic Megatron did and what would satisfy it."""
+def parallelism_details(fields: dict[str, str], world_size: int | None = None) -> tuple[dict[str, Any], list[Fix]]:
+    """The arithmetic Megatron did and what would satisfy it (TP must also divide the world size)."""
     numbers = {k: int(v) for k, v in fields.items() if v.isdigit()}
     details: dict[str, Any] = {}
     fixes: list[Fix] = []
     heads, tp = numbers.get("heads"), numbers.get("tp") or numbers.get("tp2")
     if heads and tp:
-        valid = [t for t in range(1, heads + 1) if heads % t == 0 and t <= 64]
+        valid = [
+            t for t in range(1, heads + 1) if heads % t == 0 and t <= 64 and (not world_size or world_size % t == 0)
+        ]
         details.update(num_attention_heads=heads, tensor_model_parallel_size=tp, valid_tp_sizes=valid)
-        fixes.append(Fix(f"Use a TP size that divides {heads} heads: one of {', '.join(map(str, valid))}."))
+        among = f" and the world size ({world_size})" if world_size else ""
+        fixes.append(Fix(f"Use a TP size that divides {heads} heads{among}: one of {', '.join(map(str, valid))}."))
     world, tp3 = numbers.get("world"), numbers.get("tp3")
     if world and tp3:
         pp, cp = numbers.get("pp", 1), numbers.get("cp", 1)
@@ -68,7 +71,10 @@ def parallelism_details(fields: dict[str, str]) -> tuple[dict[str, Any], list[Fi
 
 
 def advise(
-    incident: Incident | None, hang: HangAnalysis | None, related: list[Incident] | None = None
+    incident: Incident | None,
+    hang: HangAnalysis | None,
+    related: list[Incident] | None = None,
+    config: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[Fix]]:
     if incident is None:
         if hang is not None:
@@ -88,7 +94,8 @@ def advise(
     if first.category == "oom":
         details["oom"] = oom_details(fields)
     elif first.subcategory == "divisibility":
-        details["parallelism"], extra = parallelism_details(fields)
+        world = (config or {}).get("world_size", "")
+        details["parallelism"], extra = parallelism_details(fields, int(world) if world.isdigit() else None)
         fixes = extra + fixes
     elif first.category == "import" and fields.get("module"):
         details["import"] = {"module": fields["module"]}
@@ -123,3 +130,35 @@ def _hang_fixes(hang: HangAnalysis) -> list[Fix]:
         Fix("Use py-spy dump --pid <pid> on a stuck rank to see where it waits.", command="py-spy dump --pid <pid>")
     )
     return fixes
+
+
+RUN_CONFIG_KEYS = (
+    "world_size",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "data_parallel_size",
+    "sequence_parallel",
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_length",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "recompute_granularity",
+    "use_distributed_optimizer",
+    "fp16",
+    "bf16",
+)
+
+
+def run_config(candidates: list[Candidate]) -> dict[str, str]:
+    """The settings an OOM or divisibility error must be read against, from `name ..... value` lines."""
+    found: dict[str, str] = {}
+    for c in candidates:
+        name, value = c.fields.get("name"), c.fields.get("value")
+        if c.role == "context" and name in RUN_CONFIG_KEYS and value is not None:
+            found.setdefault(name, value.strip())
+    return {k: found[k] for k in RUN_CONFIG_KEYS if k in found}

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from diagnose import __version__
-from diagnose.advise import advise
+from diagnose.advise import advise, run_config
 from diagnose.decide import Candidate, Incident, build_candidates, choose_root, group_incidents, infer_rank_from_context
 from diagnose.discover import LogFile, discover
 from diagnose.hang import HangAnalysis, analyze_hang
@@ -80,7 +80,10 @@ def analyze(
     expected = _expected_ranks(events, ingested.census)
     hang = analyze_hang(candidates, expected) if root is None else None
     verdict = _verdict(root, hang, candidates, events)
-    details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [])
+    config = run_config(candidates)
+    details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [], config)
+    if config:
+        details = {**details, "config": config}
     inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, warnings + ingested.warnings)
     failed = sorted({c.rank for c in candidates if c.role == "root" and c.rank is not None})
     victims = sorted({c.rank for c in candidates if c.role == "symptom" and c.rank is not None} - set(verdict.ranks))
