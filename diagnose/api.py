@@ -84,7 +84,7 @@ def analyze(
     details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [], config)
     if config:
         details = {**details, "config": config}
-    inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, warnings + ingested.warnings)
+    inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, _summarise_warnings(warnings + ingested.warnings))
     failed = sorted({c.rank for c in candidates if c.role == "root" and c.rank is not None})
     victims = sorted({c.rank for c in candidates if c.role == "symptom" and c.rank is not None} - set(verdict.ranks))
     silent = sorted(expected - {r for r in events.get_column("grank").drop_nulls().to_list()})
@@ -104,6 +104,16 @@ def analyze(
             silent=tuple(silent),
         ),
     )
+
+
+def _summarise_warnings(warnings: tuple[str, ...]) -> tuple[str, ...]:
+    """Empty per-rank files are normal (a rank that printed nothing): one line for all of them."""
+    empty = [w.removesuffix(": empty file") for w in warnings if w.endswith(": empty file")]
+    rest = tuple(w for w in warnings if not w.endswith(": empty file"))
+    if not empty:
+        return rest
+    shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+    return (*rest, f"{len(empty)} empty file{'s' if len(empty) > 1 else ''} (ranks that printed nothing): {shown}")
 
 
 def _expected_ranks(events: pl.DataFrame, census: set[tuple[int | None, int | None, int | None]]) -> set[int]:

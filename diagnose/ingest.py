@@ -25,7 +25,7 @@ from diagnose.prefixes import EMPTY, Prefix, split_prefix
 from diagnose.readers import read_log
 from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
-from diagnose.tracebacks import WINDOW_LINES, parse_error_json, parse_failures, parse_traceback, phase_of
+from diagnose.tracebacks import parse_error_json, parse_failures, parse_traceback, phase_of
 
 MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
 CENSUS_BYTES = 1 << 18
@@ -139,6 +139,7 @@ def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) ->
             exitcode=record.exitcode,
             signal=record.signal,
             torchrun_root=record.torchrun_root,
+            end_line=record.end_line,
         )
         rows.append(row)
     return rows
@@ -146,18 +147,12 @@ def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) ->
 
 def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:
     """Lines inside a torchrun summary entry (its embedded traceback) belong to that entry's rank."""
-    exits = sorted((r for r in rows if r["kind"] == "exit"), key=lambda r: r["line"])
-    if not exits:
-        return
-    spans = [
-        (e["line"], nxt["line"] if nxt is not None else e["line"] + WINDOW_LINES, e)
-        for e, nxt in zip(exits, [*exits[1:], None], strict=True)
-    ]
+    spans = [(r["line"], r["end_line"], r) for r in rows if r["kind"] == "exit"]
     for row in rows:
         if row["kind"] == "exit" or row["rank"] is not None:
             continue
         for begin, end, record in spans:
-            if begin < row["line"] < end:
+            if begin < row["line"] <= end:
                 row["rank"], row["local_rank"] = record["rank"], record["local_rank"]
                 row["host"] = row["host"] or record["host"]
                 row["ts"] = row.get("ts") or record["ts"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import regex
 
@@ -96,6 +96,7 @@ class ExitRecord:
     signal: str | None
     time: str | None
     torchrun_root: bool
+    end_line: int = 0  # last line of this entry (its embedded traceback included)
 
 
 def _window(data: bytes, start: int, prefix: Prefix, first_line: int) -> Iterator[tuple[int, Prefix, str]]:
@@ -167,16 +168,18 @@ def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> lis
     """The entries of one ChildFailedError / "Root Cause" summary block."""
     records: list[ExitRecord] = []
     current: dict[str, str] = {}
-    current_line = 0
+    current_line = last_line = 0
     in_root = False
 
     def flush() -> None:
         if current:
-            records.append(_record(current, current_line, in_root))
+            records.append(replace(_record(current, current_line, in_root), end_line=last_line))
             current.clear()
 
     for number, _, text in _window(data, start, prefix, line_no):
         stripped = text.strip()
+        if current_line and stripped and not stripped.startswith(("-----", "=====")):
+            last_line = number
         if "Root Cause (first observed failure)" in stripped:
             flush()
             in_root = True
