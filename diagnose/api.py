@@ -136,7 +136,10 @@ def _verdict(
         if host:
             title += f" ({host})"
         location = Location(first.code_file, first.code_line) if first.code_file and first.code_line else None
+        if first.rank_inferred:
+            title += " (global rank inferred from node index and local rank)"
         confident = first.pattern is not None and first.pattern.priority >= 50 and rank is not None
+        confident = confident and not first.rank_inferred
         return Verdict(
             category=first.category,
             subcategory=first.subcategory or _phase_subcategory(first.category, root.phase),
@@ -150,6 +153,7 @@ def _verdict(
             confidence="high" if confident else "medium",
             pattern=first.pattern.id if first.pattern else None,
             explanation=first.pattern.explanation if first.pattern else "",
+            rank_inferred=first.rank_inferred,
         )
     if hang is not None:
         suspect = hang.suspects[0] if len(hang.suspects) == 1 else None

@@ -49,6 +49,7 @@ class Candidate:
     from_traceback: bool = False
     fields: dict[str, str] = field(default_factory=dict)
     phase: str | None = None
+    rank_inferred: bool = False
 
     @property
     def signature(self) -> tuple[str, str]:
@@ -136,6 +137,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
             file=row["file"],
             line=row["line"],
             fields=fields,
+            rank_inferred=bool(row.get("rank_inferred")),
             **extra,
         )
 

@@ -71,6 +71,7 @@ class Verdict:
     confidence: str = "low"
     pattern: str | None = None
     explanation: str = ""
+    rank_inferred: bool = False  # rank computed as node index x ranks per node + local rank
 
 
 @dataclass(frozen=True)
