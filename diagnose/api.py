@@ -106,6 +106,12 @@ def analyze(
     )
 
 
+def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
+    """Non-zero exits torchrun recorded, its own "Root Cause" first, then the earliest."""
+    rows = events.filter((pl.col("kind") == "exit") & (pl.col("exitcode") != 0)).to_dicts()
+    return sorted(rows, key=lambda r: (not r["torchrun_root"], r["ts"] is None, r["ts"] or 0, r["line"]))
+
+
 def _summarise_warnings(warnings: tuple[str, ...]) -> tuple[str, ...]:
     """Empty per-rank files are normal (a rank that printed nothing): one line for all of them."""
     empty = [w.removesuffix(": empty file") for w in warnings if w.endswith(": empty file")]
@@ -183,6 +189,21 @@ def _verdict(
             pattern=first.pattern.id if first.pattern else None,
             explanation=(first.pattern.explanation if first.pattern else "")
             or "Only consequences of a failure were found; the failing rank's own log may be missing.",
+        )
+    failed = _failed_exits(events)
+    if failed:
+        first = failed[0]
+        rank = first["grank"]
+        where = f"rank {rank}" if rank is not None else "a rank"
+        return Verdict(
+            category="unknown",
+            title=f"{where} exited with code {first['exitcode']} but its error is not in these logs",
+            rank=rank,
+            ranks=tuple(sorted({r["grank"] for r in failed if r["grank"] is not None})),
+            host=first["host"],
+            confidence="low",
+            explanation="torchrun saw the rank fail, but the rank's own output (its stderr.log under --log-dir, or "
+            "the job's .err file) is not among the inputs.",
         )
     teardown = [c for c in candidates if c.category == "killed"]
     if teardown:

@@ -19,6 +19,7 @@ _RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
 _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.-]{1,63}):(\d+):\d+ \[(\d+)\] ")
+_MPI_TAG = regex.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")  # mpirun --tag-output: [jobid,rank]<stderr>:
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
@@ -77,6 +78,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level, time = line[pos : pos + 2].strip("[")[:1], m.group(0)
         elif (m := _NCCL_HEADER.match(line, pos)) is not None:
             host = host or m.group(1)
+        elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:
+            rank = int(m.group(1))
         elif (m := _DMESG.match(line, pos)) is not None:
             pass
         elif (m := _HOST.match(line, pos)) is not None and _looks_like_host(m.group(1)):

@@ -80,3 +80,14 @@ def _verdict_for_job(path: Path, job: str):
 def test_job_folder_named_by_id(tmp_path):
     shutil.copytree(SAMPLE, tmp_path / "logs" / "12345", ignore=shutil.ignore_patterns("expected.toml"))
     assert _verdict_for_job(tmp_path / "logs", "12345").rank == 6
+
+
+def test_summary_alone_names_the_failed_rank_as_unknown(tmp_path):
+    """Only torchrun's ChildFailedError block was pasted: the rank is known, its error is not."""
+    lines = (SAMPLE.parent / "gpu-shape-exit" / "launcher.err").read_text().splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if line.startswith("torch.distributed.elastic.multiprocessing.errors")
+    )
+    (tmp_path / "pasted.log").write_text("\n".join(lines[start:]) + "\n")
+    verdict = _verdict(tmp_path)
+    assert (verdict.category, verdict.rank) == ("unknown", 1)
