@@ -82,12 +82,14 @@ def test_job_folder_named_by_id(tmp_path):
     assert _verdict_for_job(tmp_path / "logs", "12345").rank == 6
 
 
-def test_summary_alone_names_the_failed_rank_as_unknown(tmp_path):
-    """Only torchrun's ChildFailedError block was pasted: the rank is known, its error is not."""
+def test_summary_alone_still_carries_the_error(tmp_path):
+    """Only torchrun's ChildFailedError block was pasted: the traceback embedded in its Root Cause entry
+    (copied from error.json) still names the rank and the error."""
     lines = (SAMPLE.parent / "gpu-shape-exit" / "launcher.err").read_text().splitlines()
     start = next(
         i for i, line in enumerate(lines) if line.startswith("torch.distributed.elastic.multiprocessing.errors")
     )
     (tmp_path / "pasted.log").write_text("\n".join(lines[start:]) + "\n")
     verdict = _verdict(tmp_path)
-    assert (verdict.category, verdict.rank) == ("unknown", 1)
+    assert (verdict.category, verdict.rank) == ("shape", 1)
+    assert verdict.exception == "RuntimeError: shape '[4, 1024]' is invalid for input of size 3096"
