@@ -1,0 +1,5 @@
+"""`python -m launcher <command>`."""
+
+from launcher.cli import main
+
+main()
