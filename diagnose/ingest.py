@@ -28,8 +28,8 @@ from diagnose.timestamps import from_epoch, parse_time
 from diagnose.tracebacks import parse_error_json, parse_failures, parse_traceback, phase_of
 
 MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
-CENSUS_BYTES = 1 << 18
-_CENSUS = regex.compile(rb"(?m)^[ \t]{0,6}(?:(\d{1,6}): )?(?:\[([A-Za-z_]+?)(\d{1,6})\]:)?(?:\[rank(\d{1,7})\]:)?")
+CENSUS_BYTES = 1 << 16  # head and tail: every rank prints at start-up, and the tail shows who was still there
+_CENSUS = regex.compile(rb"(?m)^[ \t]{0,6}(?:(\d{1,6}): )?\[([A-Za-z_]+?)(\d{1,6})\]:(?:\[rank(\d{1,7})\]:)?")
 
 SCHEMA: dict[str, Any] = {
     "file": pl.Utf8,
