@@ -142,7 +142,12 @@ def discover(paths: list[str], job: str | None = None) -> Discovery:
             if found is not None:
                 candidates.append(found)
         if job is not None:
-            matching = [f for f in candidates if _mentions_job(f.path.relative_to(root), job)]
+            owned = [m.path.parent for m in manifests if str(m.data.get("job_id")) == job]
+            matching = [
+                f
+                for f in candidates
+                if _mentions_job(f.path.relative_to(root), job) or any(d in f.path.parents for d in owned)
+            ]
             if not matching and _mentions_job(root.resolve(), job):
                 matching = candidates
             candidates = matching
