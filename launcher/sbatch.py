@@ -92,7 +92,11 @@ def render(spec: JobSpec) -> str:
     nnodes = str(spec.nodes) if spec.single_host_nodes else "${SLURM_NNODES}"
     node_rank = "${SLURM_PROCID}" if spec.single_host_nodes else "${SLURM_NODEID}"
     port = str(spec.master_port) if spec.master_port is not None else DERIVED_PORT
-    out = ["#!/bin/bash", *_sbatch_lines(spec)]
+    out = [
+        "#!/bin/bash",
+        "# shellcheck disable=SC2016  # single-quoted $ is literal on purpose: expanded per node or by torchrun",
+        *_sbatch_lines(spec),
+    ]
     out += [
         "# Rendered by `python -m launcher sbatch`; edit the spec, not this file.",
         "set -euo pipefail",
@@ -113,7 +117,6 @@ def render(spec: JobSpec) -> str:
     for key, value in sorted(spec.env.items()):
         out.append(f"export {key}={_q(value)}")
     out += [
-        "# shellcheck disable=SC2016  # torchrun fills ${rank} in, per worker",
         f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={_q(PREFIX_TEMPLATE)}",
         f"export LAUNCHER_PYTHON={_q(spec.launcher_python)}",
         f"export LAUNCHER_SPEC_JSON={_q(spec.to_json())}",
@@ -130,7 +133,6 @@ def render(spec: JobSpec) -> str:
         "# One srun task per node; each starts one torchrun agent with all five rendezvous flags and",
         "# per-rank logs under $LAUNCHER_JOB_DIR/<node_rank>-<host>/ (the manifest maps them to global ranks).",
         "rc=0",
-        "# shellcheck disable=SC2016  # expanded by each node's bash, not here",
         f"srun {' '.join(_srun_flags(spec))} bash -c '",
         f"  NODE_RANK={node_rank}",
         '  NODE_DIR="$LAUNCHER_JOB_DIR/${NODE_RANK}-$(hostname -s)"',
