@@ -4,7 +4,8 @@
 # Scenarios: ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
 #            checkpoint-truncated dataloader-worker-killed time-limit
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
-# Knobs: SAMPLES_WORK (scratch dir, default /tmp/slurm-samples), PYTHON (default the repo's .venv).
+# Knobs: SAMPLES_WORK (scratch dir, default /tmp/slurm-samples), PYTHON (default the repo's .venv),
+#        SAMPLES_OUT (where the slurm-* folders go, default sample_logs/; the tests use a temp dir).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -54,7 +55,7 @@ wait_job() {
 }
 
 collect() { # collect NAME JOBID: copy the job's files, as written, into sample_logs/slurm-NAME
-    local name=$1 id=$2 dest=$REPO/sample_logs/slurm-$1
+    local name=$1 id=$2 dest=${SAMPLES_OUT:-$REPO/sample_logs}/slurm-$1
     mkdir -p "$dest"
     find "$dest" -mindepth 1 -maxdepth 1 ! -name expected.toml -exec rm -rf {} +
     cp -p "$RUN_DIR/slurm-$id.out" "$RUN_DIR/slurm-$id.err" "$dest/"
