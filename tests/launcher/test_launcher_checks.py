@@ -47,16 +47,17 @@ def test_filesystem_type_takes_the_longest_mount_point():
 
 
 def test_node_local_worktree_is_an_error_for_multi_node_jobs(worktree: Path):
-    multi = JobSpec(worktree=str(worktree), nodes=2, entry="train_fail.py")
-    found = checks.placement(Path("/tmp/wt"), "worktree", multi, MOUNTS)
-    assert found == [] or True  # /tmp/wt may not exist here; the real worktree below does
-    found = checks.placement(worktree, "worktree", multi, f"tmpfs {worktree} tmpfs rw 0 0\n")
+    repo = Path(__file__).resolve().parents[2]  # exists, and is not under a node-local prefix
+    multi = JobSpec(nodes=2)
+    found = checks.placement(repo, "worktree", multi, f"tmpfs {repo} tmpfs rw 0 0\n")
     assert found[0].level == "error" and "node-local (tmpfs)" in found[0].message
     assert "move it to a shared filesystem" in found[0].message
-    single = JobSpec(worktree=str(worktree), nodes=2, single_host_nodes=True)
-    assert checks.placement(worktree, "worktree", single, f"tmpfs {worktree} tmpfs rw 0 0\n")[0].level == "warning"
-    shared = checks.placement(worktree, "worktree", multi, f"fs:/x {worktree} lustre rw 0 0\n")
-    assert shared == [] or str(worktree).startswith(checks.NODE_LOCAL_PREFIXES)
+    assert checks.placement(repo, "worktree", multi, f"fs:/x {repo} lustre rw 0 0\n") == []
+    assert checks.placement(repo, "worktree", multi, f"/dev/sda {repo} ext4 rw 0 0\n")[0].level == "warning"
+    by_path = checks.placement(worktree, "worktree", multi, MOUNTS)  # pytest's tmp_path lives under /tmp
+    assert by_path[0].level == "error"
+    single = JobSpec(nodes=2, single_host_nodes=True)  # one machine: nothing to share with
+    assert checks.placement(worktree, "worktree", single, MOUNTS)[0].level == "warning"
 
 
 def test_missing_venv_and_entry_point_say_how_to_fix(tmp_path: Path):
