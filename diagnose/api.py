@@ -10,13 +10,22 @@ import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
 from diagnose import __version__
 from diagnose.advise import advise, run_config
-from diagnose.decide import Candidate, Incident, build_candidates, choose_root, group_incidents, infer_rank_from_context
+from diagnose.decide import (
+    Candidate,
+    Incident,
+    build_candidates,
+    choose_root,
+    exit_rows,
+    group_incidents,
+    infer_rank_from_context,
+)
 from diagnose.discover import LogFile, discover
 from diagnose.hang import HangAnalysis, analyze_hang
 from diagnose.ingest import ingest
@@ -108,8 +117,8 @@ def analyze(
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
     """Non-zero exits torchrun recorded, its own "Root Cause" first, then the earliest."""
-    rows = events.filter((pl.col("kind") == "exit") & (pl.col("exitcode") != 0)).to_dicts()
-    return sorted(rows, key=lambda r: (not r["torchrun_root"], r["ts"] is None, r["ts"] or 0, r["line"]))
+    rows = [r for r in exit_rows(events) if r["exitcode"]]
+    return sorted(rows, key=lambda r: (not r["torchrun_root"], r["ts"] is None, r["ts"] or datetime.min, r["line"]))
 
 
 def _summarise_warnings(warnings: tuple[str, ...]) -> tuple[str, ...]:

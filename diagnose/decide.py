@@ -174,7 +174,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
     timed_out = {c.rank for c in others if c.role == "symptom" and c.rank is not None}
     seen: set[int | None] = set()
     out = []
-    for row in _exit_rows(events):
+    for row in exit_rows(events):
         signal, rank = row["signal"], row["grank"]
         if signal is None or (rank in seen and rank is not None):
             continue
@@ -208,7 +208,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
     return out
 
 
-def _exit_rows(events: pl.DataFrame) -> list[Row]:
+def exit_rows(events: pl.DataFrame) -> list[Row]:
     """torchrun summary entries, then exit codes printed on their own (`failed (exitcode: -9) local_rank: 0`)."""
     rows = list(events.filter(pl.col("kind") == "exit").iter_rows(named=True))
     summarised = {(r["grank"], r["exitcode"]) for r in rows}

@@ -20,6 +20,8 @@ _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\
 _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.-]{1,63}):(\d+):\d+ \[(\d+)\] ")
 _MPI_TAG = regex.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")  # mpirun --tag-output: [jobid,rank]<stderr>:
+# a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
+_STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?,? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
@@ -80,6 +82,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             host = host or m.group(1)
         elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:
             rank = int(m.group(1))
+        elif (m := _STAMP.match(line, pos)) is not None:
+            time = time or m.group(0)
         elif (m := _DMESG.match(line, pos)) is not None:
             pass
         elif (m := _HOST.match(line, pos)) is not None and _looks_like_host(m.group(1)):
