@@ -147,7 +147,7 @@ def _verdict(
         rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
         where = f" on rank {rank}" if rank is not None else ""
         host = first.host or next((c.host for c in root.candidates if c.host), None)
-        title = (first.pattern.title if first.pattern else first.text.split(":", 1)[0]) + where
+        title = _headline(first) + where
         if host:
             title += f" ({host})"
         location = Location(first.code_file, first.code_line) if first.code_file and first.code_line else None
@@ -218,6 +218,15 @@ def _verdict(
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+def _headline(candidate: Candidate) -> str:
+    if candidate.pattern is not None:
+        return candidate.pattern.title
+    if candidate.category == "killed":  # a signal death from an exit record: "exitcode -9 (SIGKILL)"
+        code, _, signal = candidate.text.removeprefix("exitcode ").partition(" ")
+        return f"Killed by {signal.strip('()')} (exit code {code})"
+    return candidate.text.split(":", 1)[0]
 
 
 _PHASES = {"oom": ("forward", "backward", "optimizer"), "nccl": ("init",)}

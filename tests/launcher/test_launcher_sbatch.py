@@ -155,3 +155,16 @@ def test_arguments_reach_the_entry_point_unchanged(tmp_path: Path):
     argv = (tmp_path / "argv.txt").read_text().split("\n")[:-1]
     assert argv[argv.index(spec.entry) + 1 :] == args
     assert "--node-rank=0" in argv and "--master-addr=node1" in argv and "--master-port=29500" in argv
+
+
+def test_example_spec_renders_a_clean_script(tmp_path: Path):
+    example = Path(__file__).parents[2] / "launcher" / "examples" / "gpt.toml"
+    from launcher.spec import load
+
+    script = render(load(example))
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in script  # hopper, TP=4, no FSDP
+    path = tmp_path / "gpt.sbatch"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    if shutil.which("shellcheck"):
+        subprocess.run(["shellcheck", "-s", "bash", str(path)], check=True)
