@@ -9,6 +9,7 @@ the shared helpers in render/markdown.py so the two views never disagree.
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Sequence
 
 from rich.box import ROUNDED
@@ -290,6 +291,10 @@ def render_terminal(
     diagnosis: Diagnosis, width: int | None = None, color: bool = True, capture: bool = False
 ) -> str | None:
     """Print the report, or return it as text when capture=True (goldens, --output FILE)."""
+    if not capture and not sys.stdout.isatty():
+        # Piped into a file or a ticket: no padding to the terminal width, no escape codes.
+        sys.stdout.write(render_terminal(diagnosis, width=width, color=False, capture=True) or "")
+        return None
     console = _console(width, color, capture)
     for block in _report(diagnosis):
         console.print(block)
