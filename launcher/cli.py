@@ -46,7 +46,8 @@ def _load(
     try:
         return spec.load(path, overrides)
     except spec.SpecError as exc:
-        err.print(f"[red]spec error:[/red] {exc}")
+        err.print("[red]spec error:[/red] ", end="")
+        err.print(str(exc), markup=False, highlight=False)
         raise typer.Exit(2) from exc
 
 
@@ -97,7 +98,7 @@ def submit(
     try:
         job_id = sbatch.submit(sbatch.render(job), job)
     except RuntimeError as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(str(exc), style="red", markup=False, highlight=False)
         raise typer.Exit(1) from exc
     print(job_id)
     err.print(f"logs: {job.worktree_path / job.log_root / job_id}/  watch: python -m launcher watch {job_id}")

@@ -99,3 +99,21 @@ def test_report_json_is_the_public_contract(tmp_path: Path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"verdict": {"category": "code", "rank": 3}}))
     assert hook.summary(path) == {"category": "code", "rank": 3}
+
+
+def test_watch_cancels_as_soon_as_the_artifact_lands(tmp_path: Path, monkeypatch):
+    artifact = tmp_path / "iter_0001000" / "done"
+    polls: list[str] = []
+    cancelled: list[str] = []
+
+    def fake_status(job: str) -> watch.JobStatus:
+        polls.append(job)
+        if len(polls) == 3:  # training writes its final checkpoint while the job still runs
+            artifact.parent.mkdir()
+            artifact.write_text("")
+        return watch.JobStatus(job, "RUNNING", "0:10", "vm")
+
+    monkeypatch.setattr(watch, "status", fake_status)
+    monkeypatch.setattr(watch, "scancel", lambda job: cancelled.append(job) or True)
+    result = watch.watch("12", artifact=artifact, interval_s=0)
+    assert result.action == "artifact" and cancelled == ["12"] and len(polls) == 3
