@@ -91,6 +91,7 @@ class Scanner:
         if hyperscan is not None:
             self._database = _compile_database(expressions, self._names)
         self._fallback = [regex.compile(e.encode("utf-8")) for e in expressions]
+        self._fallback_any = regex.compile(b"|".join(b"(?:" + e.encode("utf-8") + b")" for e in expressions))
         self._local = threading.local()
 
     def _scratch(self) -> object:
@@ -110,8 +111,7 @@ class Scanner:
 
             self._database.scan(data, match_event_handler=on_match, scratch=self._scratch())
         else:
-            for index, expression in enumerate(self._fallback):
-                ends.extend((m.end(), index) for m in expression.finditer(data))
+            ends = self._fallback_hits(data)
         by_line: dict[int, set[int]] = {}
         line_start, searched_to = 0, 0
         for end, index in sorted(ends):
@@ -122,6 +122,18 @@ class Scanner:
             searched_to = max(searched_to, end - 1)
             by_line.setdefault(line_start, set()).add(index)
         return by_line
+
+    def _fallback_hits(self, data: bytes) -> list[tuple[int, int]]:
+        """Line by line with `regex`: slower, but each line is cut at MATCH_LIMIT so no regex can
+        backtrack across a runaway line."""
+        ends: list[tuple[int, int]] = []
+        start = 0
+        for line in data.split(b"\n"):
+            piece = line[:MATCH_LIMIT]
+            if self._fallback_any.search(piece) is not None:
+                ends.extend((start + 1, index) for index, rx in enumerate(self._fallback) if rx.search(piece))
+            start += len(line) + 1
+        return ends
 
     def scan(self, data: bytes) -> list[Hit]:
         """Every line of `data` that an expression hits, in file order, with exact pattern matches."""

@@ -56,7 +56,9 @@ def test_hook_writes_reports_beside_a_failed_jobs_logs(tmp_path: Path, monkeypat
     shutil.copytree(sample, logs)
     out = next(logs.glob("slurm-*.out"))
     job = out.stem.split("-", 1)[1]
-    monkeypatch.setattr(hook, "_run", lambda cmd: "")  # no scontrol/sacct: the Epilog env is enough
+    monkeypatch.setattr(
+        hook.slurmcmd, "output", lambda cmd, timeout_s=0: ""
+    )  # no scontrol/sacct: the Epilog env is enough
     facts = hook.JobFacts(
         job, state="FAILED", exit_code="1:0", stdout=str(logs / "slurm-%j.out"), stderr=str(logs / "slurm-%j.err")
     )
@@ -68,7 +70,7 @@ def test_hook_writes_reports_beside_a_failed_jobs_logs(tmp_path: Path, monkeypat
 
 
 def test_hook_skips_successful_jobs_and_never_fails(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(hook, "_run", lambda cmd: "")
+    monkeypatch.setattr(hook.slurmcmd, "output", lambda cmd, timeout_s=0: "")
     monkeypatch.setenv("SLURM_JOB_ID", "9")
     monkeypatch.setenv("SLURM_JOB_EXIT_CODE2", "0:0")
     monkeypatch.setenv("SLURM_JOB_STDOUT", str(tmp_path / "x-%j.out"))

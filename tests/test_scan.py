@@ -1,0 +1,58 @@
+"""The scanner finds the same lines with or without hyperscan, and its relaxed prefilter never loses one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose import scan
+from diagnose.patterns import builtin_dir, load_patterns
+from diagnose.relax import relax
+
+PATTERNS = load_patterns([builtin_dir()])
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+REAL_LINES = sorted(
+    {
+        line
+        for f in SAMPLES.glob("*/*.*")
+        if f.suffix in (".log", ".err", ".out")
+        for line in f.read_text(errors="replace").splitlines()
+    }
+)
+
+
+def _hits(scanner: scan.Scanner, data: bytes) -> list[tuple[int, tuple[str, ...]]]:
+    return [(h.line_no, h.pattern_ids) for h in scanner.scan(data)]
+
+
+@pytest.mark.skipif(scan.hyperscan is None, reason="hyperscan not installed: only the fallback exists here")
+@pytest.mark.parametrize(
+    "sample", ["slurm-hang-stalled-rank", "gpu-nccl-ifname-debug", "public-ecc-2gpu-watchdog-rank1"]
+)
+def test_fallback_finds_what_hyperscan_finds(sample, monkeypatch):
+    data = b"".join(
+        f.read_bytes() for f in sorted((SAMPLES / sample).rglob("*")) if f.is_file() and f.suffix != ".toml"
+    )
+    fast = _hits(scan.Scanner(PATTERNS), data)
+    monkeypatch.setattr(scan, "hyperscan", None)
+    assert _hits(scan.Scanner(PATTERNS), data) == fast and fast
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
+def test_relaxed_prefilter_matches_every_must_match_example(pattern):
+    loose = regex.compile(relax(scan._GROUP_NAME.sub("(", pattern.regex).removeprefix("^")))
+    for example in pattern.examples:
+        if example.should_match:
+            assert loose.search(example.text), example.text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(REAL_LINES), st.sampled_from(PATTERNS))
+def test_relaxed_prefilter_never_misses_a_real_line(line, pattern):
+    exact = pattern.compiled.search(scan.split_prefix(line)[1])
+    loose = regex.search(relax(scan._GROUP_NAME.sub("(", pattern.regex).removeprefix("^")), line)
+    assert exact is None or loose is not None
