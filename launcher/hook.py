@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher import slurmcmd
 from launcher.run import merge_manifest
 
 DEFAULT_TIMEOUT_S = 90
@@ -62,18 +63,10 @@ def parse_scontrol(text: str) -> dict[str, str]:
     return out
 
 
-def _run(cmd: list[str]) -> str:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout if done.returncode == 0 else ""
-
-
 def facts_from_env(env: dict[str, str], argv: list[str]) -> JobFacts:
     """Epilog envs carry SLURM_JOB_*; strigger gives only the job id as $1, so scontrol fills the rest."""
     job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or (argv[0] if argv else "")
-    show = parse_scontrol(_run(["scontrol", "show", "job", "-o", job_id])) if job_id else {}
+    show = parse_scontrol(slurmcmd.output(["scontrol", "show", "job", "-o", job_id], SLURM_TIMEOUT_S)) if job_id else {}
     exit2 = env.get("SLURM_JOB_EXIT_CODE2") or show.get("ExitCode", "")
     return JobFacts(
         job_id=job_id,
@@ -89,7 +82,7 @@ def facts_from_env(env: dict[str, str], argv: list[str]) -> JobFacts:
 
 
 def _sacct_state(job_id: str) -> str:
-    lines = _run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id]).split()
+    lines = slurmcmd.output(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id], SLURM_TIMEOUT_S).split()
     return lines[0].rstrip("+") if lines else ""
 
 
@@ -112,7 +105,7 @@ def settle_state(facts: JobFacts, tries: int = 5) -> JobFacts:
 
 
 def first_host(nodelist: str) -> str:
-    hosts = _run(["scontrol", "show", "hostnames", nodelist]).split()
+    hosts = slurmcmd.output(["scontrol", "show", "hostnames", nodelist], SLURM_TIMEOUT_S).split()
     return hosts[0] if hosts else nodelist.split(",")[0]
 
 

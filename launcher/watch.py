@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from launcher import slurmcmd
 from launcher.hook import parse_scontrol
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
@@ -33,14 +34,6 @@ class JobStatus:
     @property
     def done(self) -> bool:
         return self.state in TERMINAL
-
-
-def _out(cmd: list[str]) -> str:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout if done.returncode == 0 else ""
 
 
 def parse_squeue(text: str, job_id: str) -> JobStatus | None:
@@ -63,16 +56,16 @@ def parse_sacct(text: str, job_id: str) -> JobStatus | None:
 
 def status(job_id: str) -> JobStatus:
     """squeue while the job is queued or running, sacct after; UNKNOWN when neither knows it."""
-    found = parse_squeue(_out(["squeue", "-h", "-j", job_id, "-o", "%i|%T|%M|%N|%R"]), job_id)
+    found = parse_squeue(slurmcmd.output(["squeue", "-h", "-j", job_id, "-o", "%i|%T|%M|%N|%R"]), job_id)
     if found is not None and found.state not in TERMINAL:
         return found
-    sacct = _out(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Elapsed,NodeList,ExitCode"])
+    sacct = slurmcmd.output(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Elapsed,NodeList,ExitCode"])
     return parse_sacct(sacct, job_id) or found or JobStatus(job_id, "UNKNOWN")
 
 
 def job_dir(job_id: str) -> Path | None:
     """The launcher's `logs/<job>/` folder, found from the job's StdOut or WorkDir."""
-    show = parse_scontrol(_out(["scontrol", "show", "job", "-o", job_id]))
+    show = parse_scontrol(slurmcmd.output(["scontrol", "show", "job", "-o", job_id]))
     for base in (Path(show.get("StdOut", "")).parent, Path(show.get("WorkDir", "")) / "logs"):
         if show and (base / job_id).is_dir():
             return base / job_id
