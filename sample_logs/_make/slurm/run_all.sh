@@ -2,7 +2,7 @@
 # Regenerate the sample_logs/slurm-* folders by running real sbatch jobs on the local test cluster.
 #   sample_logs/_make/slurm/run_all.sh [SCENARIO...]      (default: all, in dependency order)
 # Scenarios: ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
-#            checkpoint-truncated dataloader-worker-killed time-limit
+#            checkpoint-truncated dataloader-worker-killed code-keyerror time-limit
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # Knobs: SAMPLES_WORK (scratch dir, default /tmp/slurm-samples), PYTHON (default the repo's .venv),
 #        SAMPLES_OUT (where the slurm-* folders go, default sample_logs/; the tests use a temp dir).
@@ -14,7 +14,7 @@ WORK=${SAMPLES_WORK:-/tmp/slurm-samples}
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 RUN_DIR=$WORK/runs
 ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
-    checkpoint-truncated dataloader-worker-killed time-limit)
+    checkpoint-truncated dataloader-worker-killed code-keyerror time-limit)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
 
@@ -109,6 +109,8 @@ scenario() {
             cp -a "$WORK/ckpt" "$WORK/ckpt-resume"
             truncate -s 4096 "$WORK/ckpt-resume/iter_0000020/mp_rank_04/model_optim_rng.pt"
             run checkpoint-truncated "$(config "{\"load\": \"$WORK/ckpt-resume\", \"train_iters\": 40}" '{}')" ;;
+        code-keyerror) # rank 5 is configured with an auxiliary loss term the code does not know
+            run code-keyerror "$(config '{}' '{"5": {"loss_terms": ["mse", "z_loss"]}}')" ;;
         dataloader-worker-killed) # rank 1's loader worker dies while producing sample 40
             run dataloader-worker-killed "$(config '{}' '{"1": {"worker_sigkill_at": 40}}')" ;;
         time-limit)

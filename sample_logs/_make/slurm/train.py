@@ -127,12 +127,15 @@ def train(cfg, args, rank, world_size):
     while ready_file and not os.path.exists(ready_file):
         time.sleep(0.5)
 
+    loss_weights = {"mse": 1.0}
+    loss_terms = mine.get("loss_terms", ["mse"])
+
     t0 = time.time()
     for iteration in range(start + 1, args.train_iters + 1):
         if iteration == mine.get("sigkill_at"):
             os.kill(os.getpid(), signal.SIGKILL)
         x, y = next(batches)
-        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss = sum(loss_weights[term] for term in loss_terms) * torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
