@@ -1,0 +1,178 @@
+"""Turn the decided root incident (or the hang analysis) into the report's parts: the verdict, the
+evidence lines, and the symptoms other ranks show.
+
+Kept apart from api.py so the composition of stages stays readable and each wording rule lives in one
+place.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from diagnose.decide import Candidate, Incident, exit_rows, infer_rank_from_context
+from diagnose.hang import HangAnalysis
+from diagnose.model import Evidence, Location, Symptom, Verdict
+from diagnose.rankset import format_ranks
+
+MAX_EVIDENCE = 12
+
+
+def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
+    """Non-zero exits torchrun recorded, its own "Root Cause" first, then the earliest."""
+    rows = [r for r in exit_rows(events) if r["exitcode"]]
+    return sorted(rows, key=lambda r: (not r["torchrun_root"], r["ts"] is None, r["ts"] or datetime.min, r["line"]))
+
+
+def build_verdict(
+    root: Incident | None, hang: HangAnalysis | None, candidates: list[Candidate], events: pl.DataFrame
+) -> Verdict:
+    if root is not None:
+        first = root.first
+        ranks = root.ranks or infer_rank_from_context(root, candidates)
+        rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
+        where = f" on rank {rank}" if rank is not None else ""
+        host = first.host or next((c.host for c in root.candidates if c.host), None)
+        title = _headline(first) + where
+        if host:
+            title += f" ({host})"
+        location = Location(first.code_file, first.code_line) if first.code_file and first.code_line else None
+        if first.rank_inferred:
+            title += " (global rank inferred from node index and local rank)"
+        confident = first.pattern is not None and first.pattern.priority >= 50 and rank is not None
+        confident = confident and not first.rank_inferred
+        return Verdict(
+            category=first.category,
+            subcategory=first.subcategory or _phase_subcategory(first.category, root.phase),
+            title=title,
+            rank=rank,
+            ranks=tuple(ranks),
+            host=host,
+            exception=first.text if first.from_traceback or first.pattern else None,
+            location=location,
+            time=first.ts.isoformat() if first.ts else None,
+            confidence="high" if confident else "medium",
+            pattern=first.pattern.id if first.pattern else None,
+            explanation=first.pattern.explanation if first.pattern else "",
+            rank_inferred=first.rank_inferred,
+        )
+    if hang is not None:
+        suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
+        what = f"rank {suspect} never arrived" if suspect is not None else hang.reason
+        return Verdict(
+            category="hang",
+            subcategory=hang.subcategory,
+            title=f"Collective timeout on ranks {format_ranks(hang.victims)}: {what}",
+            rank=suspect,
+            ranks=hang.suspects,
+            confidence="medium" if suspect is not None else "low",
+            pattern=None,
+            explanation="Every failing rank only timed out waiting for a collective; no rank raised an error of its own.",
+        )
+    symptoms = [c for c in candidates if c.role == "symptom" and c.category != "killed"]
+    if symptoms:
+        first = min(symptoms, key=lambda c: (c.ts is None, c.ts, c.file, c.line))
+        return Verdict(
+            category=first.category,
+            subcategory=first.subcategory,
+            title=f"{first.pattern.title if first.pattern else first.text} (no rank logged a cause of its own)",
+            rank=None,
+            ranks=tuple(sorted({c.rank for c in symptoms if c.rank is not None and c.pattern == first.pattern})),
+            host=first.host,
+            exception=first.text,
+            confidence="low",
+            pattern=first.pattern.id if first.pattern else None,
+            explanation=(first.pattern.explanation if first.pattern else "")
+            or "Only consequences of a failure were found; the failing rank's own log may be missing.",
+        )
+    failed = _failed_exits(events)
+    if failed:
+        first = failed[0]
+        rank = first["grank"]
+        where = f"rank {rank}" if rank is not None else "a rank"
+        return Verdict(
+            category="unknown",
+            title=f"{where} exited with code {first['exitcode']} but its error is not in these logs",
+            rank=rank,
+            ranks=tuple(sorted({r["grank"] for r in failed if r["grank"] is not None})),
+            host=first["host"],
+            confidence="low",
+            explanation="torchrun saw the rank fail, but the rank's own output (its stderr.log under --log-dir, or "
+            "the job's .err file) is not among the inputs.",
+        )
+    teardown = [c for c in candidates if c.category == "killed"]
+    if teardown:
+        return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
+    return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+def _headline(candidate: Candidate) -> str:
+    if candidate.pattern is not None:
+        return candidate.pattern.title
+    if candidate.category == "killed":  # a signal death from an exit record: "exitcode -9 (SIGKILL)"
+        code, _, signal = candidate.text.removeprefix("exitcode ").partition(" ")
+        return f"Killed by {signal.strip('()')} (exit code {code})"
+    return candidate.text.split(":", 1)[0]
+
+
+_PHASES = {"oom": ("forward", "backward", "optimizer"), "nccl": ("init",)}
+
+
+def _phase_subcategory(category: str, phase: str | None) -> str | None:
+    """Where in the step it failed, when the signature itself does not say (OOM in backward, NCCL at init)."""
+    return phase if phase in _PHASES.get(category, ()) else None
+
+
+def related_incidents(root: Incident, incidents: list[Incident]) -> list[Incident]:
+    """Other root-role lines the same rank printed at the same moment (NCCL's "Last error: ..."),
+    which often name the precise cause behind a generic exception."""
+    first = root.first
+    out = []
+    for other in incidents:
+        o = other.first
+        if other is root or o.role != "root" or o.rank != first.rank or o.pattern is None:
+            continue
+        close = o.ts is not None and first.ts is not None and abs((o.ts - first.ts).total_seconds()) <= 1.0
+        if close or (o.file == first.file and abs(o.line - first.line) <= 10):
+            out.append(other)
+    return out
+
+
+def build_evidence(root: Incident | None, hang: HangAnalysis | None, candidates: list[Candidate]) -> list[Evidence]:
+    if root is not None:
+        chosen = sorted(root.candidates, key=lambda c: (c.rank is None, c.rank or 0, c.file, c.line))
+    elif hang is not None:
+        chosen = sorted((c for c in candidates if c.role == "symptom"), key=lambda c: (c.rank is None, c.rank or 0))
+    else:
+        chosen = []
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for c in chosen:
+        if (c.file, c.line) in seen:
+            continue
+        seen.add((c.file, c.line))
+        out.append(Evidence(c.file, c.line, c.rank, c.text))
+        if len(out) >= MAX_EVIDENCE:
+            break
+    return out
+
+
+def build_symptoms(candidates: list[Candidate], root: Incident | None) -> list[Symptom]:
+    root_ids = {id(c) for c in root.candidates} if root else set()
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        if id(c) in root_ids or c.role == "context":
+            continue
+        if c.role == "root" and root is not None:
+            kind = c.pattern.id if c.pattern else c.category
+        elif c.role == "symptom":
+            kind = c.pattern.id if c.pattern else f"{c.category}-{c.subcategory}"
+        else:
+            continue
+        groups.setdefault(kind, []).append(c)
+    out = []
+    for kind, group in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        ranks = tuple(sorted({c.rank for c in group if c.rank is not None}))
+        out.append(Symptom(kind, ranks, len(group), group[0].text))
+    return out
