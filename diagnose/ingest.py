@@ -51,6 +51,7 @@ SCHEMA: dict[str, Any] = {
     "code_file": pl.Utf8,  # innermost user frame of a traceback
     "code_line": pl.Int64,
     "exitcode": pl.Int64,
+    "pid": pl.Int64,  # worker pid from torchrun's summary: ties "Sending process N closing signal" to a rank
     "signal": pl.Utf8,
     "torchrun_root": pl.Boolean,
     "fields": pl.Utf8,  # JSON of the pattern's named groups
@@ -137,6 +138,7 @@ def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) ->
             ts=parse_time(record.time or "", year),
             text=f"exitcode {record.exitcode}" + (f" ({record.signal})" if record.signal else ""),
             exitcode=record.exitcode,
+            pid=record.pid,
             signal=record.signal,
             torchrun_root=record.torchrun_root,
             end_line=record.end_line,

@@ -76,7 +76,19 @@ def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, R
     frame = events.with_columns(
         pl.Series("grank", resolved, dtype=pl.Int64), pl.Series("rank_inferred", inferred, dtype=pl.Boolean)
     )
-    return frame, mapping
+    return _ranks_by_pid(frame), mapping
+
+
+def _ranks_by_pid(frame: pl.DataFrame) -> pl.DataFrame:
+    """Launcher lines name a worker only by pid (`Sending process 7733 closing signal SIGTERM`);
+    torchrun's summary says which rank that pid was."""
+    known = frame.filter((pl.col("kind") == "exit") & pl.col("pid").is_not_null() & pl.col("grank").is_not_null())
+    if known.is_empty():
+        return frame
+    by_pid = dict(zip(known.get_column("pid").to_list(), known.get_column("grank").to_list(), strict=True))
+    pids = frame.get_column("fields").str.extract(r'"pid": "(\d+)"').cast(pl.Int64, strict=False)
+    from_pid = pids.replace_strict(by_pid, default=None, return_dtype=pl.Int64)
+    return frame.with_columns(pl.coalesce(pl.col("grank"), from_pid).alias("grank"))
 
 
 def _resolve(

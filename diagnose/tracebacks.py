@@ -97,6 +97,7 @@ class ExitRecord:
     time: str | None
     torchrun_root: bool
     end_line: int = 0  # last line of this entry (its embedded traceback included)
+    pid: int | None = None
 
 
 def _window(data: bytes, start: int, prefix: Prefix, first_line: int) -> Iterator[tuple[int, Prefix, str]]:
@@ -202,17 +203,18 @@ def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> lis
 
 
 def _record(fields: dict[str, str], line: int, in_root: bool) -> ExitRecord:
-    rank = local = code = None
+    rank = local = code = pid = None
     if (m := _RANK_FIELD.match(fields.get("rank", ""))) is not None:
         rank, local = int(m["rank"]), int(m["local"])
     if (m := _EXIT_FIELD.match(fields.get("exitcode", ""))) is not None:
         code = int(m["code"])
+        pid = int(m["pid"]) if m["pid"] else None
     signal = None
     if (m := _SIGNAL.search(fields.get("traceback", ""))) is not None:
         signal = m["name"]
     elif code is not None and code < 0:
         signal = SIGNAL_NAMES.get(-code, f"signal {-code}")
-    return ExitRecord(line, rank, local, fields.get("host"), code, signal, fields.get("time"), in_root)
+    return ExitRecord(line, rank, local, fields.get("host"), code, signal, fields.get("time"), in_root, pid=pid)
 
 
 SIGNAL_NAMES = {
