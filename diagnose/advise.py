@@ -74,7 +74,7 @@ def advise(
     incident: Incident | None,
     hang: HangAnalysis | None,
     related: list[Incident] | None = None,
-    config: dict[str, str] | None = None,
+    world_size: int | None = None,
 ) -> tuple[dict[str, Any], list[Fix]]:
     if incident is None:
         if hang is not None:
@@ -94,8 +94,7 @@ def advise(
     if first.category == "oom":
         details["oom"] = oom_details(fields)
     elif first.subcategory == "divisibility":
-        world = (config or {}).get("world_size", "")
-        details["parallelism"], extra = parallelism_details(fields, int(world) if world.isdigit() else None)
+        details["parallelism"], extra = parallelism_details(fields, world_size)
         fixes = extra + fixes
     elif first.category == "import" and fields.get("module"):
         details["import"] = {"module": fields["module"]}

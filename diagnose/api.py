@@ -84,7 +84,9 @@ def analyze(
     hang = analyze_hang(candidates, expected) if root is None else None
     verdict = build_verdict(root, hang, candidates, events)
     config = run_config(candidates)
-    details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [], config)
+    # The world size Megatron printed, else the ranks the logs show (global ranks are 0..WORLD_SIZE-1).
+    world = int(config["world_size"]) if config.get("world_size", "").isdigit() else (len(expected) or None)
+    details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [], world)
     if config:
         details = {**details, "config": config}
     inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, _summarise_warnings(warnings + ingested.warnings))
