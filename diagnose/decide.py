@@ -25,7 +25,8 @@ Row = dict[str, Any]
 _DIGITS = regex.compile(r"\d+")
 GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
 _HANG_PATTERNS = ("nccl-watchdog-timeout", "gloo-timeout")
-_ROOT_SIGNALS = {"SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}
+# Signals a launcher or scheduler sends to stop survivors; any other signal death is a rank's own failure.
+_TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
 
 
 @dataclass
@@ -179,13 +180,13 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
         if signal is None or (rank in seen and rank is not None):
             continue
         seen.add(rank)
-        if signal in _ROOT_SIGNALS or (signal == "SIGABRT" and rank not in timed_out):
+        if signal not in _TEARDOWN_SIGNALS and (signal != "SIGABRT" or rank not in timed_out):
             role = "root" if rank not in explained else "symptom"
         else:
             role = "symptom"
         category, sub = (
             "killed",
-            {"SIGKILL": "sigkill", "SIGSEGV": "segfault", "SIGBUS": "sigbus"}.get(signal, "signal"),
+            {"SIGSEGV": "segfault"}.get(signal, signal.lower()),
         )
         if role == "symptom":
             sub = "teardown"

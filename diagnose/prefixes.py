@@ -52,12 +52,13 @@ EMPTY = Prefix()
 
 
 def _looks_like_host(token: str) -> bool:
-    # Exception types and module paths also end in ": "; hostnames are lower-case and carry a digit,
-    # a dot or a hyphen (node001, gpu-a-12, 10.0.0.2, worker-1).
-    # slurmstepd names itself after the node (`slurmstepd-vm: error: ...`): a program, not a pdsh host.
+    # Exception types, module paths and programs also end in ": ". Node names are lower-case and carry a
+    # digit or a hyphen (node001, gpu-a-12, 10.0.0.2, worker-1); module paths such as
+    # `torch.distributed.elastic.multiprocessing.api: [ERROR] ...` carry neither. slurmstepd names itself
+    # after the node (`slurmstepd-vm: error: ...`) and argparse after the script (`train.py: error: ...`).
     if token.startswith(_PROGRAMS) or token.endswith(_SOURCE_SUFFIXES):
-        return False  # `train.py: error: ...` is argparse naming the script
-    return any(c.isdigit() or c in ".-" for c in token) and not token.endswith(".")
+        return False
+    return any(c.isdigit() or c == "-" for c in token) and not token.endswith(".")
 
 
 def split_prefix(line: str) -> tuple[Prefix, str]:

@@ -14,9 +14,11 @@ import polars as pl
 from diagnose.decide import Candidate, Incident, exit_rows, infer_rank_from_context
 from diagnose.hang import HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
+from diagnose.patterns import Pattern
 from diagnose.rankset import format_ranks
 
 MAX_EVIDENCE = 12
+_ALARMING = ("critical", "error", "warning")
 
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
@@ -100,6 +102,24 @@ def build_verdict(
             confidence="low",
             explanation="torchrun saw the rank fail, but the rank's own output (its stderr.log under --log-dir, or "
             "the job's .err file) is not among the inputs.",
+        )
+    warned = [c for c in candidates if c.role == "context" and c.pattern and c.pattern.severity in _ALARMING]
+    if warned:
+        # Nothing raised and nothing timed out, but a library warned (NCCL_DEBUG output of a failed
+        # bootstrap): far more likely the cause than a healthy run.
+        first = min(warned, key=lambda c: (c.ts is None, c.ts or datetime.min, c.file, c.line))
+        pattern = cast(Pattern, first.pattern)
+        return Verdict(
+            category=first.category,
+            subcategory=first.subcategory,
+            title=f"{pattern.title} (the only warning-level line in the logs)",
+            rank=first.rank,
+            ranks=tuple(sorted({c.rank for c in warned if c.rank is not None and c.pattern == pattern})),
+            host=first.host,
+            exception=first.text,
+            confidence="low",
+            pattern=pattern.id,
+            explanation=pattern.explanation,
         )
     teardown = [c for c in candidates if c.category == "killed"]
     if teardown:

@@ -217,14 +217,27 @@ def _record(fields: dict[str, str], line: int, in_root: bool) -> ExitRecord:
     return ExitRecord(line, rank, local, fields.get("host"), code, signal, fields.get("time"), in_root, pid=pid)
 
 
+# Linux numbering, as torchrun prints it (exitcode -N); fixed here so the analysis does not depend on
+# the platform it runs on.
 SIGNAL_NAMES = {
     1: "SIGHUP",
     2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    5: "SIGTRAP",
     6: "SIGABRT",
     7: "SIGBUS",
+    8: "SIGFPE",
     9: "SIGKILL",
+    10: "SIGUSR1",
     11: "SIGSEGV",
+    12: "SIGUSR2",
+    13: "SIGPIPE",
+    14: "SIGALRM",
     15: "SIGTERM",
+    24: "SIGXCPU",
+    25: "SIGXFSZ",
+    31: "SIGSYS",
 }
 
 
