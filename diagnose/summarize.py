@@ -8,6 +8,7 @@ place.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
 import polars as pl
 
