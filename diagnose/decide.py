@@ -242,8 +242,10 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
         window = [i for i in timed if (i.ts - earliest).total_seconds() <= 1.0]  # type: ignore[operator]
         untimed_better = [i for i in roots if i.ts is None and i.first.priority > max(w.first.priority for w in window)]
         roots = window + untimed_better
-    # A specific signature beats the generic catch-all; a Python exception beats a bare log line of the
-    # same moment (the NCCL WARN explains the DistBackendError, but the exception is what was raised).
+    # A specific signature beats the generic catch-all; a raised exception beats a bare log line of the
+    # same moment (the NCCL WARN explains the DistBackendError, but the exception is what was raised);
+    # then the more specific signature (slurmstepd prints "CANCELLED" before the oom_kill that caused
+    # it), then the earlier line.
     return min(
         roots,
         key=lambda i: (

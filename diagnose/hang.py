@@ -66,7 +66,9 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
         suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
     elif terminated - victims:
         suspects, reason = terminated - victims, "printed no timeout and was still running when torchrun stopped it"
-    elif silent:
+    elif silent and len(victims) > 1:
+        # One visible rank says nothing about the others (a paste of one rank's output); several ranks
+        # timing out while one prints nothing does.
         suspects, reason = silent, "printed nothing while the others timed out"
     elif behind and len(behind) < len(seqs):
         suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"

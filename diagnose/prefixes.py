@@ -19,15 +19,19 @@ _RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
 _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.-]{1,63}):(\d+):\d+ \[(\d+)\] ")
+_STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`
+# Python logging / rich log columns: `ERROR    __main__   msg` and ` WARNING  msg   api.py:699`
+_LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]+ {2,})?")
 _MPI_TAG = regex.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")  # mpirun --tag-output: [jobid,rank]<stderr>:
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
 _STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?,? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
-# c10 / glog headers: `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] `, torchelastic's
+# c10 / glog headers (month without a leading zero in some builds: `[E817 ...`):
+# `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] `, torchelastic's
 # `E1129 16:48:08.288000 15679 torch/.../api.py:1028] ` and the old `[E ProcessGroupNCCL.cpp:916] `.
-_GLOG = regex.compile(r"\[?[IWEF](?:\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? )?\s?[\w/.<>-]+:\d+\] ")
+_GLOG = regex.compile(r"\[?[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? )?\s?[\w/.<>-]+:\d+\] ")
 _PROGRAMS = ("slurmstepd", "slurmd", "slurmctld", "srun", "sbatch", "salloc", "scancel", "kernel", "systemd")
 
 
@@ -81,10 +85,14 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level, time = line[pos : pos + 2].strip("[")[:1], m.group(0)
         elif (m := _NCCL_HEADER.match(line, pos)) is not None:
             host = host or m.group(1)
+        elif pos == 0 and (m := _STREAM_TAG.match(line, pos)) is not None:
+            host = m.group(1)
         elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:
             rank = int(m.group(1))
         elif (m := _STAMP.match(line, pos)) is not None:
             time = time or m.group(0)
+        elif (m := _LEVEL.match(line, pos)) is not None:
+            level = level or m.group(0).strip()[:1]
         elif (m := _DMESG.match(line, pos)) is not None:
             pass
         elif (m := _HOST.match(line, pos)) is not None and _looks_like_host(m.group(1)):

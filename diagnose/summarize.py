@@ -52,7 +52,7 @@ def build_verdict(
             rank=rank,
             ranks=tuple(ranks),
             host=host,
-            exception=first.text if first.from_traceback or first.pattern else None,
+            exception=_root_line(first, candidates),
             location=location,
             time=first.ts.isoformat() if first.ts else None,
             confidence="high" if confident else "medium",
@@ -126,6 +126,29 @@ def build_verdict(
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
+    """The line to quote as the root cause.
+
+    A raised exception is quoted as raised. But an NCCL failure seen only as a log line (no traceback)
+    is best named by NCCL's own first WARN from the same file, which says what failed (a shared-memory
+    segment, a socket, an IB completion), when that WARN came before it.
+    """
+    if not first.from_traceback and first.category == "nccl":
+        warns = [
+            c
+            for c in candidates
+            if c.role == "context"
+            and c.category == "nccl"
+            and c.pattern is not None
+            and c.pattern.severity == "warning"
+            and c.file == first.file
+            and c.line < first.line
+        ]
+        if warns:
+            return min(warns, key=lambda c: c.line).text
+    return first.text if first.from_traceback or first.pattern else None
 
 
 def _headline(candidate: Candidate) -> str:
