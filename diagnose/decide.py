@@ -165,8 +165,22 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     for key, row in best.items():
         if key not in covered:
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
+    _refine_bare_asserts(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
+
+
+def _refine_bare_asserts(candidates: list[Candidate]) -> None:
+    """A bare `AssertionError` says nothing; the asserted source line just above it in the traceback
+    does (`assert steps % world_size == 0`). A context signature on that line lends its category."""
+    sources = {(c.file, c.line): c for c in candidates if c.role == "context" and c.pattern is not None}
+    for c in candidates:
+        if not c.from_traceback or c.priority >= GENERIC_PRIORITY or c.text.strip() != "AssertionError":
+            continue
+        source = next((sources[(c.file, c.line - k)] for k in (1, 2, 3) if (c.file, c.line - k) in sources), None)
+        if source is not None and source.pattern is not None and source.category != c.category:
+            c.pattern, c.category, c.subcategory = source.pattern, source.category, source.subcategory
+            c.priority, c.fields = source.pattern.priority, source.fields
 
 
 def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Candidate]:

@@ -161,6 +161,24 @@ def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:
                 break
 
 
+def _attribute_sections(rows: list[dict[str, Any]]) -> None:
+    """A header naming a worker (`-- Process 1 terminated with the following error:`, a pattern's
+    `section_rank` group) gives its rank to the unprefixed lines after it, up to the next such header."""
+    starts = sorted(
+        (r["line"], int(json.loads(r["fields"])["section_rank"]))
+        for r in rows
+        if r["kind"] == "pattern" and r.get("fields") and '"section_rank"' in r["fields"]
+    )
+    if not starts:
+        return
+    for row in rows:
+        if row["rank"] is not None or row["kind"] == "exit":
+            continue
+        owner = [rank for line, rank in starts if line <= row["line"]]
+        if owner:
+            row["rank"] = owner[-1]
+
+
 def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
     seen = set()
     for part in (data[:CENSUS_BYTES], data[-CENSUS_BYTES:]):
@@ -189,6 +207,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
                 seen_keys.add((hit.line_no, hit.prefix.stream_key))
                 rows.extend(_exit_rows(file, display, data, hit, year))
     _attribute_summary_rows(rows)
+    _attribute_sections(rows)
     file_year = next((r["ts"].year for r in rows if r.get("ts") is not None), None)
     return FileResult(rows, _census(data), read.size, read.warnings, file_year)
 

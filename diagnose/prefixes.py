@@ -18,7 +18,7 @@ _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 _RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
 _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
-_NCCL_HEADER = regex.compile(r"([\w.-]{1,63}):(\d+):\d+ \[(\d+)\] ")
+_NCCL_HEADER = regex.compile(r"([\w.<>-]{1,63}):(\d+):\d+ \[(\d+)\] ")
 _STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`
 # Python logging / rich log columns: `ERROR    __main__   msg` and ` WARNING  msg   api.py:699`
 _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]+ {2,})?")

@@ -33,7 +33,7 @@ def build_verdict(
 ) -> Verdict:
     if root is not None:
         first = root.first
-        ranks = root.ranks or infer_rank_from_context(root, candidates)
+        ranks = root.ranks or infer_rank_from_context(root, candidates) or _sole_failed_rank(events)
         rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
         where = f" on rank {rank}" if rank is not None else ""
         host = first.host or next((c.host for c in root.candidates if c.host), None)
@@ -126,6 +126,16 @@ def build_verdict(
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
+    """An unattributed error and exactly one rank the launcher saw fail on its own: that rank."""
+    failed = {
+        r["grank"]
+        for r in exit_rows(events)
+        if r["grank"] is not None and r["exitcode"] and (r["exitcode"] > 0 or r["signal"] not in (None, "SIGTERM"))
+    }
+    return sorted(failed) if len(failed) == 1 else []
 
 
 def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
