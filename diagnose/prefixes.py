@@ -22,7 +22,8 @@ _NCCL_HEADER = regex.compile(r"([\w.<>-]{1,63}):(\d+):\d+ \[(\d+)\] ")
 _STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`
 # Python logging / rich log columns: `ERROR    __main__   msg` and ` WARNING  msg   api.py:699`
 _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]+ {2,})?")
-_MPI_TAG = regex.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?")  # mpirun --tag-output: [jobid,rank]<stderr>:
+# mpirun --tag-output `[1,3]<stderr>:` and SageMaker's `[1,mpirank:3,algo-1]<stderr>:` (jobid, rank, host)
+_MPI_TAG = regex.compile(r"\[\d+,(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
 _STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?,? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
@@ -88,7 +89,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
         elif pos == 0 and (m := _STREAM_TAG.match(line, pos)) is not None:
             host = m.group(1)
         elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:
-            rank = int(m.group(1))
+            rank, host = int(m.group(1)), host or m.group(2)
         elif (m := _STAMP.match(line, pos)) is not None:
             time = time or m.group(0)
         elif (m := _LEVEL.match(line, pos)) is not None:

@@ -1,0 +1,94 @@
+"""Launcher prefixes come off and their identity is kept apart: global rank, local rank, srun task, host.
+
+Every line below is copied from a real log in sample_logs/ (the folder is named beside it) or, for the
+formats no sample has yet, from the public thread named beside it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.prefixes import split_prefix
+
+CASES = [
+    # (line, rank, local_rank, task, host, text)
+    (
+        "1: [default2]:[rank6]: RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x20 and 16x32)",
+        6,
+        2,
+        1,
+        None,
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x20 and 16x32)",
+    ),  # slurm-shape-second-node
+    (
+        "[default1]:[rank1]:[E1129 19:02:21.049847761 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective "
+        "operation timeout: x",
+        1,
+        1,
+        None,
+        None,
+        "[Rank 1] Watchdog caught collective operation timeout: x",
+    ),  # gpu-desync
+    (
+        "c000001: FileNotFoundError: [Errno 2] No such file or directory: 'x.npy'",
+        None,
+        None,
+        None,
+        "c000001",
+        "FileNotFoundError: [Errno 2] No such file or directory: 'x.npy'",
+    ),  # public-pdsh-megatron-index-cache-missing
+    (
+        "slurmstepd-vm: error: *** JOB 3 ON vm CANCELLED AT 2026-11-29T18:53:51 DUE TO TIME LIMIT ***",
+        None,
+        None,
+        None,
+        None,
+        "slurmstepd-vm: error: *** JOB 3 ON vm CANCELLED AT 2026-11-29T18:53:51 DUE TO TIME LIMIT ***",
+    ),  # slurm-time-limit
+    (
+        "[2025-11-25 10:54:43,191] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -8)",
+        None,
+        None,
+        None,
+        None,
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -8)",
+    ),  # public-torchrun-sigfpe-local-rank1
+    (
+        "2024-11-20 14:37:16 [rank3]: torch.OutOfMemoryError: CUDA out of memory.",
+        3,
+        None,
+        None,
+        None,
+        "torch.OutOfMemoryError: CUDA out of memory.",
+    ),  # https://github.com/QwenLM/Qwen3-Coder/issues/174
+    (
+        "dinov2-giant-nodes.cn-d004 [stderr] [rank14]:[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14] W",
+        14,
+        None,
+        None,
+        "dinov2-giant-nodes.cn-d004",
+        "[Rank 14] W",
+    ),  # public-hang-multinode-wrapped-reduce
+    (
+        "train.py: error: unrecognized arguments: --local_rank=3",
+        None,
+        None,
+        None,
+        None,
+        "train.py: error: unrecognized arguments: --local_rank=3",
+    ),  # argparse naming the script
+    (
+        "[1,mpirank:3,algo-1]<stderr>:Traceback (most recent call last):",
+        3,
+        None,
+        None,
+        "algo-1",
+        "Traceback (most recent call last):",
+    ),  # SageMaker MPI tag-output
+]
+
+
+@pytest.mark.parametrize(("line", "rank", "local", "task", "host", "text"), CASES)
+def test_prefix_identity(line, rank, local, task, host, text):
+    prefix, rest = split_prefix(line)
+    assert (prefix.rank, prefix.local_rank, prefix.task, prefix.host, rest) == (rank, local, task, host, text)
