@@ -10,6 +10,14 @@ import pytest
 
 from diagnose.prefixes import split_prefix
 
+QWEN_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 132.00 MiB. GPU 3 has a total capacity"
+    " of 79.10 GiB of which 98.00 MiB is free. Process 387746 has 78.89 GiB memory in use. Of the allocat"
+    "ed memory 70.12 GiB is allocated by PyTorch, and 765.81 MiB is reserved by PyTorch but unallocated. "
+    "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
+    "True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+IDX = "FileNotFoundError: [Errno 2] No such file or directory: '/work/guanhua/dataset/index-cache/43d5bc1477867ae12d66da383c2b664b_doc_idx.npy'"
 CASES = [
     # (line, rank, local_rank, task, host, text)
     (
