@@ -64,7 +64,6 @@ class FileResult:
     census: set[tuple[int | None, int | None, int | None]]  # (task, local_rank, rank) seen in prefixes
     size: int
     warnings: tuple[str, ...]
-    year: int | None
 
 
 def _base_row(file: LogFile, display: str, line: int, prefix: Prefix) -> dict[str, Any]:
@@ -208,8 +207,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
                 rows.extend(_exit_rows(file, display, data, hit, year))
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
-    file_year = next((r["ts"].year for r in rows if r.get("ts") is not None), None)
-    return FileResult(rows, _census(data), read.size, read.warnings, file_year)
+    return FileResult(rows, _census(data), read.size, read.warnings)
 
 
 def _ingest_error_json(
@@ -218,7 +216,7 @@ def _ingest_error_json(
     parsed = parse_error_json(data) if data else None
     if parsed is None:
         note = () if not data else (f"{display}: not a torchelastic error.json; skipped",)
-        return FileResult([], set(), size, warnings + note, None)
+        return FileResult([], set(), size, warnings + note)
     row = _base_row(file, display, 1, EMPTY)
     # The message may span lines (NCCL appends "Last error: ..."); its first line is the exception, and
     # the callstack's own last line carries the fully qualified type (torch.distributed.DistBackendError).
@@ -249,7 +247,18 @@ def _ingest_error_json(
         if hit is not None:
             for pattern_id, fields in hit.fields:
                 rows.append({**row, "kind": "pattern", "pattern": pattern_id, "fields": json.dumps(fields)})
-    return FileResult(rows, set(), size, warnings, None)
+    return FileResult(rows, set(), size, warnings)
+
+
+def _job_year(files: Iterable[LogFile]) -> int:
+    """Glog lines omit the year: take the year the newest log was last written."""
+    newest = 0.0
+    for file in files:
+        try:
+            newest = max(newest, file.path.stat().st_mtime)
+        except OSError:
+            continue
+    return datetime.fromtimestamp(newest).year if newest else datetime.now().year
 
 
 def _display_names(files: Iterable[LogFile], roots: list[str]) -> dict[Path, str]:
@@ -281,13 +290,7 @@ def ingest(
     files: list[LogFile], roots: list[str], scanner: Scanner, stdin: bytes | None = None, workers: int | None = None
 ) -> Ingested:
     names = _display_names(files, roots)
-    year = datetime.now().year
-    for file in files:  # glog omits the year: take the newest file's year as the job's
-        try:
-            year = datetime.fromtimestamp(file.path.stat().st_mtime).year
-            break
-        except OSError:
-            continue
+    year = _job_year(files)
     jobs = workers or min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(

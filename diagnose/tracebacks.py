@@ -45,7 +45,6 @@ class Traceback:
     frames: tuple[Frame, ...]
     exception: str | None
     exc_type: str | None
-    chained: bool = False
 
     @property
     def user_frame(self) -> Frame | None:
@@ -134,7 +133,6 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
     first = next(lines)[2]
     rich = "╭" in first or "│" in first
     frames: list[Frame] = []
-    chained = False
     base: int | None = None
     for number, _, text in lines:
         stripped = text.strip()
@@ -156,13 +154,12 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
         if stripped.startswith("Traceback (most recent call last)"):
             break  # a new traceback before any exception line: this one was cut off
         if stripped.startswith(_CHAIN):
-            chained = True
             continue
         exc_type = _exception_type(stripped)
         if exc_type is None:
             break  # not an exception line: the traceback was cut off or is not one
-        return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type, chained)
-    return Traceback(line_no, None, prefix, tuple(frames), None, None, chained)
+        return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type)
+    return Traceback(line_no, None, prefix, tuple(frames), None, None)
 
 
 def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> list[ExitRecord]:
