@@ -13,29 +13,14 @@ _QUANTIFIERS = "*+?{"
 
 
 def _split_alternatives(expression: str) -> list[str]:
-    """Top-level `|` branches, respecting escapes, character classes and groups."""
-    parts, depth, in_class, start, i = [], 0, False, 0, 0
-    while i < len(expression):
-        char = expression[i]
-        if char == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-            if expression[i + 1 : i + 2] == "]":
-                i += 1
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "|" and depth == 0:
-            parts.append(expression[start:i])
-            start = i + 1
-        i += 1
-    parts.append(expression[start:])
-    return parts
+    """Top-level `|` branches: a bare `|` atom separates them (atoms already respect escapes, classes, groups)."""
+    branches: list[list[str]] = [[]]
+    for atom, quantifier in _atoms(expression):
+        if atom == "|" and not quantifier:
+            branches.append([])
+        else:
+            branches[-1].append(atom + quantifier)
+    return ["".join(branch) for branch in branches]
 
 
 def _atoms(expression: str) -> list[tuple[str, str]]:
