@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from diagnose.decide import Candidate
 
-_TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}
+_TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carrying SeqNum / op / sizes
 _STATUS_PATTERN = "nccl-watchdog-work-status"
 
 
@@ -25,6 +25,7 @@ class HangAnalysis:
     silent: tuple[int, ...]
     reason: str
     table: tuple[dict[str, object], ...]
+    telling: Candidate | None = None  # a line that names the problem itself (a desync, a barrier's missing ranks)
 
 
 def _int(value: str | None) -> int | None:
@@ -33,7 +34,8 @@ def _int(value: str | None) -> int | None:
 
 def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysis | None:
     timeouts = [c for c in candidates if c.pattern is not None and c.pattern.id in _TIMEOUT_PATTERNS]
-    if not timeouts:
+    waited = [c for c in candidates if c.role == "symptom" and c.category == "hang"]
+    if not waited:
         return None
     per_rank: dict[int, dict[str, object]] = {}
     for c in timeouts:
@@ -46,9 +48,17 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
     for c in candidates:
         if c.pattern is not None and c.pattern.id == _STATUS_PATTERN and c.rank is not None:
             entry = per_rank.setdefault(c.rank, {"rank": c.rank})
-            entry["enqueued"] = _int(c.fields.get("enqueued") or c.fields.get("enqueued2"))
-            entry["completed"] = _int(c.fields.get("completed") or c.fields.get("completed2"))
-    victims = set(per_rank)
+            entry["enqueued"] = _int(c.fields.get("enqueued") or c.fields.get("enqueued2") or c.fields.get("enqueued3"))
+            entry["completed"] = _int(
+                c.fields.get("completed") or c.fields.get("completed2") or c.fields.get("completed3")
+            )
+    victims = set(per_rank) | {c.rank for c in waited if c.rank is not None and c.subcategory != "straggler"}
+    named = {
+        int(r)
+        for c in waited
+        for r in [c.fields.get("suspect", "")] + c.fields.get("more", "").split(",")
+        if r.strip().isdigit()
+    }
     never_entered = {
         r for r, e in per_rank.items() if e.get("enqueued") is not None and e.get("enqueued") == e.get("completed")
     }
@@ -56,13 +66,16 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
     active = {c.rank for c in candidates if c.rank is not None}
     silent = expected - victims - active
     signatures = {(e.get("seq"), e.get("op"), e.get("numel_in")) for e in per_rank.values() if e.get("seq")}
-    subcategory = "desync" if len(signatures) > 1 else None
+    reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
+    subcategory = "desync" if len(signatures) > 1 or reported_desync else None
     behind: set[int] = set()
     seqs = {r: _int(str(e["seq"])) for r, e in per_rank.items() if e.get("seq")}
     if len({s for s in seqs.values()}) > 1:
         low = min(s for s in seqs.values() if s is not None)
         behind = {r for r, s in seqs.items() if s == low}
-    if never_entered:
+    if named:
+        suspects, reason = named, "named by a monitored barrier as never arriving"
+    elif never_entered:
         suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
     elif terminated - victims:
         suspects, reason = terminated - victims, "printed no timeout and was still running when torchrun stopped it"
@@ -74,11 +87,20 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
         suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"
     else:
         suspects, reason = set(), "every rank timed out; no rank stands out"
-    if subcategory is None and suspects and len(suspects) < len(expected or suspects | victims):
+    if subcategory is None and suspects and suspects != victims:
         subcategory = "straggler"
+    telling = max(
+        (c for c in waited if c.subcategory in ("desync", "straggler")), key=lambda c: c.priority, default=None
+    )
     for rank in suspects | silent:
         per_rank.setdefault(rank, {"rank": rank, "note": "no timeout printed"})
     table = tuple(per_rank[r] for r in sorted(per_rank))
     return HangAnalysis(
-        subcategory, tuple(sorted(suspects)), tuple(sorted(victims - suspects)), tuple(sorted(silent)), reason, table
+        subcategory,
+        tuple(sorted(suspects)),
+        tuple(sorted(victims - suspects)),
+        tuple(sorted(silent)),
+        reason,
+        table,
+        telling,
     )

@@ -81,7 +81,7 @@ def _base_row(file: LogFile, display: str, line: int, prefix: Prefix) -> dict[st
     }
 
 
-_TEXT_RANK = regex.compile(r"\[(?:PG [^\]]*?)?Rank (\d{1,7})\]")
+_TEXT_RANK = regex.compile(r"\[(?:PG (?:ID )?(\d+)[^\]]*?)?Rank (\d{1,7})\]")
 
 
 def _field_rank(fields: dict[str, str], text: str) -> int | None:
@@ -90,7 +90,9 @@ def _field_rank(fields: dict[str, str], text: str) -> int | None:
     if value is not None and value.isdigit():
         return int(value)
     found = _TEXT_RANK.search(text)
-    return int(found.group(1)) if found else None
+    if found is None or (found.group(1) not in (None, "0")):
+        return None  # a rank inside a sub-group (PG ID 13 ... Rank 0) is not the global rank
+    return int(found.group(2))
 
 
 def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict[str, Any]]:

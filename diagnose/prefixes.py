@@ -19,6 +19,13 @@ _RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
 _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.<>-]{1,63}):(\d+):\d+ \[(\d+)\] ")
+# docker compose / SageMaker local mode: `gsb2fnng0z-algo-1-6pcq6 | msg`; SageMaker's toolkit quotes the
+# user's last error as `ErrorMessage "RuntimeError: ..."`
+_COMPOSE = regex.compile(r"([\w.-]{1,63}) \| ")
+_SAGEMAKER_QUOTE = regex.compile(r'ErrorMessage "')
+_HOST_LOCAL = regex.compile(
+    r"\[([a-z][\w.-]{0,62}):(\d{1,4})\]: ?"
+)  # accelerate --tee style `[gpu187:2]:` (host, local rank)
 _STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`
 # Python logging / rich log columns: `ERROR    __main__   msg` and ` WARNING  msg   api.py:699`
 _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]+ {2,})?")
@@ -86,6 +93,12 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level, time = line[pos : pos + 2].strip("[")[:1], m.group(0)
         elif (m := _NCCL_HEADER.match(line, pos)) is not None:
             host = host or m.group(1)
+        elif pos == 0 and (m := _COMPOSE.match(line, pos)) is not None and _looks_like_host(m.group(1)):
+            host = m.group(1)
+        elif (m := _SAGEMAKER_QUOTE.match(line, pos)) is not None:
+            pass
+        elif (m := _HOST_LOCAL.match(line, pos)) is not None:
+            host, local_rank = host or m.group(1), local_rank if local_rank is not None else int(m.group(2))
         elif pos == 0 and (m := _STREAM_TAG.match(line, pos)) is not None:
             host = m.group(1)
         elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:

@@ -54,7 +54,15 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
     locals_seen += [local for _, local, _ in census if local is not None]
     per_node = max(locals_seen) + 1 if locals_seen else None
     ranks_seen = events.get_column("rank").drop_nulls().to_list() + [r for _, _, r in census if r is not None]
-    single = len(nodes) <= 1 and (per_node is None or not ranks_seen or max(ranks_seen) < per_node)
+    # A local rank labelled with its host (`[gpu187:2]:`) comes from a launcher that tells hosts apart:
+    # that is no evidence of a single node, so such ranks stay local instead of being guessed global.
+    host_scoped = (
+        events.filter(pl.col("host").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("rank").is_null())
+        .filter(pl.col("kind") != "exit")
+        .height
+        > 0
+    )
+    single = not host_scoped and len(nodes) <= 1 and (per_node is None or not ranks_seen or max(ranks_seen) < per_node)
     return RankMap(stream, tuple(sorted(nodes, key=str)), per_node, single)
 
 

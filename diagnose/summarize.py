@@ -35,7 +35,7 @@ def build_verdict(
         first = root.first
         ranks = root.ranks or infer_rank_from_context(root, candidates) or _sole_failed_rank(events)
         rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
-        where = f" on rank {rank}" if rank is not None else ""
+        where = f" on rank {rank}" if rank is not None else _local_only(first)
         host = first.host or next((c.host for c in root.candidates if c.host), None)
         title = _headline(first) + where
         if host:
@@ -63,19 +63,29 @@ def build_verdict(
     if hang is not None:
         suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
         what = f"rank {suspect} never arrived" if suspect is not None else hang.reason
+        telling = hang.telling
+        if hang.victims:
+            title = f"Collective timeout on ranks {format_ranks(hang.victims)}: {what}"
+        else:
+            title = (
+                f"{telling.pattern.title if telling and telling.pattern else 'Ranks stopped making progress'}: {what}"
+            )
         return Verdict(
             category="hang",
             subcategory=hang.subcategory,
-            title=f"Collective timeout on ranks {format_ranks(hang.victims)}: {what}",
+            title=title,
             rank=suspect,
             ranks=hang.suspects,
-            confidence="medium" if suspect is not None else "low",
-            pattern=None,
-            explanation="Every failing rank only timed out waiting for a collective; no rank raised an error of its own.",
+            exception=telling.text if telling is not None else None,
+            confidence="medium" if suspect is not None or telling is not None else "low",
+            pattern=telling.pattern.id if telling and telling.pattern else None,
+            explanation=(telling.pattern.explanation if telling and telling.pattern else "")
+            or "Every failing rank only timed out waiting for a collective; no rank raised an error of its own.",
         )
     symptoms = [c for c in candidates if c.role == "symptom" and c.category != "killed"]
     if symptoms:
-        first = min(symptoms, key=lambda c: (c.ts is None, c.ts, c.file, c.line))
+        # The most telling symptom (a named desync or a peer that closed its socket beats generic teardown).
+        first = min(symptoms, key=lambda c: (-c.priority, c.ts is None, c.ts or datetime.min, c.file, c.line))
         return Verdict(
             category=first.category,
             subcategory=first.subcategory,
@@ -126,6 +136,15 @@ def build_verdict(
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+def _local_only(candidate: Candidate) -> str:
+    """When only a node and a local rank are known, say exactly that instead of guessing a global rank."""
+    row = candidate.rows[0] if candidate.rows else {}
+    local, host = row.get("local_rank"), row.get("host")
+    if local is None or host is None:
+        return ""
+    return f" on local rank {local} of {host} (global rank not in the logs)"
 
 
 def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
