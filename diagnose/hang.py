@@ -52,7 +52,10 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
             entry["completed"] = _int(
                 c.fields.get("completed") or c.fields.get("completed2") or c.fields.get("completed3")
             )
-    victims = set(per_rank) | {c.rank for c in waited if c.rank is not None and c.subcategory != "straggler"}
+    # Victims are the ranks that timed out. Only when no rank printed a timeout at all (a paste with just
+    # a flight-recorder notice) do the other hang lines stand in: a notified rank may not even be in the
+    # stuck collective, so it must not drown out a straggler found by the timeouts.
+    victims = set(per_rank) or {c.rank for c in waited if c.rank is not None and c.subcategory != "straggler"}
     named = {
         int(r)
         for c in waited

@@ -197,16 +197,16 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
         return _ingest_error_json(file, display, read.data, read.size, read.warnings, scanner)
     data = read.data
     rows: list[dict[str, Any]] = []
-    seen_keys: set[tuple[int, tuple[object, ...]]] = set()
+    parsed_until: dict[tuple[object, ...], int] = {}
     for hit in scanner.scan(data):
         rows.extend(_pattern_rows(file, display, hit, year))
         if "traceback" in hit.pattern_ids:
             rows.extend(_traceback_rows(file, display, data, hit))
-        if "child-failed" in hit.pattern_ids:
-            block = (0, hit.prefix.stream_key)
-            if not any(k[1] == block[1] and hit.line_no - k[0] < 40 for k in seen_keys):
-                seen_keys.add((hit.line_no, hit.prefix.stream_key))
-                rows.extend(_exit_rows(file, display, data, hit, year))
+        if "child-failed" in hit.pattern_ids and hit.line_no > parsed_until.get(hit.prefix.stream_key, 0):
+            found = _exit_rows(file, display, data, hit, year)
+            rows.extend(found)
+            # a block's own ChildFailedError / Root Cause / rank lines must not start it again
+            parsed_until[hit.prefix.stream_key] = max([r["end_line"] for r in found] + [hit.line_no + 1])
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
     return FileResult(rows, _census(data), read.size, read.warnings)

@@ -165,7 +165,7 @@ def parse_pattern(data: dict[str, Any], path: str) -> Pattern:
     )
 
 
-_FORBIDDEN = ("(?=", "(?!", "(?<=", "(?<!", "\\1", "\\2", "(?>", "*+", "++", "?+")
+_FORBIDDEN = ("(?=", "(?!", "(?<=", "(?<!", "\\1", "\\2", "(?>", "*+", "++", "?+", "|^", "(^", "(?:^", "$")
 
 
 def compile_portable(expression: Any, fail: Any) -> Any:
@@ -174,7 +174,10 @@ def compile_portable(expression: Any, fail: Any) -> Any:
         raise fail("regex must be a non-empty string")
     for token in _FORBIDDEN:
         if token in expression:
-            raise fail(f"regex uses {token!r}: look-around, back-references and possessive forms are not allowed")
+            raise fail(
+                f"regex uses {token!r}: look-around, back-references, possessive forms, and ^ or $ anywhere but a "
+                "leading ^ are not allowed (the byte-level prefilter sees whole files)"
+            )
     try:
         return regex.compile(expression, regex.VERSION0)
     except regex.error as exc:

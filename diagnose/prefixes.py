@@ -26,6 +26,9 @@ _SAGEMAKER_QUOTE = regex.compile(r'ErrorMessage "')
 _HOST_LOCAL = regex.compile(
     r"\[([a-z][\w.-]{0,62}):(\d{1,4})\]: ?"
 )  # accelerate --tee style `[gpu187:2]:` (host, local rank)
+_BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?")  # `[stderr]ModuleNotFoundError: ...`
+# vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
+_VLLM = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w./-]+:\d+\] ")
 _STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`
 # Python logging / rich log columns: `ERROR    __main__   msg` and ` WARNING  msg   api.py:699`
 _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]+ {2,})?")
@@ -99,6 +102,10 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             pass
         elif (m := _HOST_LOCAL.match(line, pos)) is not None:
             host, local_rank = host or m.group(1), local_rank if local_rank is not None else int(m.group(2))
+        elif (m := _BARE_STREAM.match(line, pos)) is not None:
+            pass
+        elif (m := _VLLM.match(line, pos)) is not None:
+            level = level or m.group(0)[:1]
         elif pos == 0 and (m := _STREAM_TAG.match(line, pos)) is not None:
             host = m.group(1)
         elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:

@@ -33,7 +33,11 @@ def build_verdict(
 ) -> Verdict:
     if root is not None:
         first = root.first
-        ranks = root.ranks or infer_rank_from_context(root, candidates) or _sole_failed_rank(events)
+        ranks = root.ranks or infer_rank_from_context(root, candidates)
+        if not ranks and len({(c.file, c.line) for c in root.candidates}) == 1:
+            # printed once, by one process: the one rank the launcher saw fail is its writer (printed by
+            # several processes, it cannot be pinned to the launcher's first failure)
+            ranks = _sole_failed_rank(events)
         rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
         where = f" on rank {rank}" if rank is not None else _local_only(first)
         host = first.host or next((c.host for c in root.candidates if c.host), None)

@@ -176,6 +176,8 @@ def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> lis
 
     for number, _, text in _window(data, start, prefix, line_no):
         stripped = text.strip()
+        if number == line_no and _FAILURE_FIELD.fullmatch(text):
+            current_line = number  # a pasted tail of the block: it starts at a field, not at its `[N]:` header
         if current_line and stripped and not stripped.startswith(("-----", "=====")):
             last_line = number
         if "Root Cause (first observed failure)" in stripped:
