@@ -66,7 +66,12 @@ def build_verdict(
         )
     if hang is not None:
         suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
-        what = f"rank {suspect} never arrived" if suspect is not None else hang.reason
+        if suspect is not None:
+            what = f"rank {suspect} never arrived"
+        elif hang.suspects:
+            what = f"ranks {format_ranks(hang.suspects)}: {hang.reason}"
+        else:
+            what = hang.reason
         telling = hang.telling
         if hang.victims:
             title = f"Collective timeout on ranks {format_ranks(hang.victims)}: {what}"
