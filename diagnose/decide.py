@@ -227,10 +227,11 @@ def exit_rows(events: pl.DataFrame) -> list[Row]:
     """torchrun summary entries, then exit codes printed on their own (`failed (exitcode: -9) local_rank: 0`)."""
     rows = list(events.filter(pl.col("kind") == "exit").iter_rows(named=True))
     summarised = {(r["grank"], r["exitcode"]) for r in rows}
-    for row in events.filter((pl.col("kind") == "pattern") & pl.col("fields").str.contains('"exitcode"')).iter_rows(
-        named=True
-    ):
-        code = json.loads(row["fields"]).get("exitcode", "")
+    for row in events.filter(
+        (pl.col("kind") == "pattern") & pl.col("fields").str.contains('"exitcode"|"signum"')
+    ).iter_rows(named=True):
+        fields = json.loads(row["fields"])
+        code = fields.get("exitcode") or (f"-{fields['signum']}" if fields.get("signum", "").isdigit() else "")
         if not code.lstrip("-").isdigit() or (row["grank"], int(code)) in summarised:
             continue
         signal = SIGNAL_NAMES.get(-int(code)) if int(code) < 0 else None

@@ -15,6 +15,7 @@ from diagnose.decide import Candidate
 
 _TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carrying SeqNum / op / sizes
 _STATUS_PATTERN = "nccl-watchdog-work-status"
+_WAIT_EVIDENCE = 30
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,9 @@ def _int(value: str | None) -> int | None:
 
 def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysis | None:
     timeouts = [c for c in candidates if c.pattern is not None and c.pattern.id in _TIMEOUT_PATTERNS]
-    waited = [c for c in candidates if c.role == "symptom" and c.category == "hang"]
+    # Lines that show a rank waited in a collective. The generic teardown notice (priority below
+    # _WAIT_EVIDENCE) also follows NCCL errors, so alone it does not make a hang.
+    waited = [c for c in candidates if c.role == "symptom" and c.category == "hang" and c.priority >= _WAIT_EVIDENCE]
     if not waited:
         return None
     per_rank: dict[int, dict[str, object]] = {}

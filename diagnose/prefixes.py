@@ -26,6 +26,7 @@ _SAGEMAKER_QUOTE = regex.compile(r'ErrorMessage "')
 _HOST_LOCAL = regex.compile(
     r"\[([a-z][\w.-]{0,62}):(\d{1,4})\]: ?"
 )  # accelerate --tee style `[gpu187:2]:` (host, local rank)
+_QUOTE = regex.compile(r"> ")
 _BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?")  # `[stderr]ModuleNotFoundError: ...`
 # vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
 _VLLM = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w./-]+:\d+\] ")
@@ -102,6 +103,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             pass
         elif (m := _HOST_LOCAL.match(line, pos)) is not None:
             host, local_rank = host or m.group(1), local_rank if local_rank is not None else int(m.group(2))
+        elif pos == 0 and line.startswith("> ") and (m := _QUOTE.match(line, pos)) is not None:
+            pass  # a log quoted in a Markdown issue comment
         elif (m := _BARE_STREAM.match(line, pos)) is not None:
             pass
         elif (m := _VLLM.match(line, pos)) is not None:

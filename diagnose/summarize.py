@@ -102,7 +102,7 @@ def build_verdict(
             rank=None,
             ranks=tuple(sorted({c.rank for c in symptoms if c.rank is not None and c.pattern == first.pattern})),
             host=first.host,
-            exception=first.text,
+            exception=_root_line(first, candidates),
             confidence="low",
             pattern=first.pattern.id if first.pattern else None,
             explanation=(first.pattern.explanation if first.pattern else "")
@@ -140,6 +140,21 @@ def build_verdict(
             confidence="low",
             pattern=pattern.id,
             explanation=pattern.explanation,
+        )
+    cut = events.filter((pl.col("kind") == "traceback") & pl.col("exception").is_null())
+    if cut.height:
+        # A traceback began but its exception line is not in the logs (a paste cut short): a failure, not "ok".
+        row = cut.sort("line").row(0, named=True)
+        where = f"rank {row['grank']}" if row["grank"] is not None else "a process"
+        return Verdict(
+            category="unknown",
+            title=f"{where} raised an exception whose last line is not in these logs",
+            rank=row["grank"],
+            ranks=tuple(sorted({r for r in cut.get_column("grank").to_list() if r is not None})),
+            host=row["host"],
+            location=Location(row["code_file"], row["code_line"]) if row["code_file"] and row["code_line"] else None,
+            confidence="low",
+            explanation="A Python traceback started but was cut before its exception line; the frames show where.",
         )
     teardown = [c for c in candidates if c.category == "killed"]
     if teardown:
