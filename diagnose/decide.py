@@ -65,10 +65,12 @@ class Incident:
     def first(self) -> Candidate:
         """The earliest observation; ranks failing within the clock's 1 s resolution count as
         simultaneous (the same config error on every rank), and then the lowest rank is reported."""
-        pool = [c for c in self.candidates if c.ts is not None] or self.candidates
-        if pool[0].ts is not None:
-            start = min(c.ts for c in pool)  # type: ignore[type-var]
-            pool = [c for c in pool if (c.ts - start).total_seconds() <= 1.0]  # type: ignore[operator]
+        timed = [c for c in self.candidates if c.ts is not None]
+        if not timed:
+            # No clock: in one file the earlier line is the earlier event.
+            return min(self.candidates, key=lambda c: (c.file, c.line, c.rank is None, c.rank or 0))
+        start = min(c.ts for c in timed)  # type: ignore[type-var]
+        pool = [c for c in timed if (c.ts - start).total_seconds() <= 1.0]  # type: ignore[operator]
         return min(pool, key=lambda c: (c.rank is None, c.rank or 0, not c.from_traceback, c.file, c.line))
 
     @property

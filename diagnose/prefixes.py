@@ -27,6 +27,10 @@ _HOST_LOCAL = regex.compile(
     r"\[([a-z][\w.-]{0,62}):(\d{1,4})\]: ?"
 )  # accelerate --tee style `[gpu187:2]:` (host, local rank)
 _QUOTE = regex.compile(r"> ")
+# torchelastic printing error.json into the log: `      "message": "RuntimeError: ...",`
+_JSON_MESSAGE = regex.compile(r'\s*"message": "(?=[A-Za-z_][\w.]*(?:Error|Exception)\b)')
+# Determined AI: `<>        [2021-12-07 10:42:15] 1d0cefc1 [rank=1] || msg`
+_DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank=(\d{1,7})\] \|\| ")
 _BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?")  # `[stderr]ModuleNotFoundError: ...`
 # vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
 _VLLM = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w./-]+:\d+\] ")
@@ -103,6 +107,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             pass
         elif (m := _HOST_LOCAL.match(line, pos)) is not None:
             host, local_rank = host or m.group(1), local_rank if local_rank is not None else int(m.group(2))
+        elif pos == 0 and (m := _DETERMINED.match(line, pos)) is not None:
+            rank = int(m.group(1))
         elif pos == 0 and line.startswith("> ") and (m := _QUOTE.match(line, pos)) is not None:
             pass  # a log quoted in a Markdown issue comment
         elif (m := _BARE_STREAM.match(line, pos)) is not None:
@@ -124,9 +130,13 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
         else:
             break
         pos = m.end()
+    text = line[pos:]
+    if (m := _JSON_MESSAGE.match(text)) is not None:
+        text = text[m.end() :].rstrip().removesuffix(",").removesuffix('"')
+        pos = max(pos, 1)
     if pos == 0:
         return EMPTY, line
-    return Prefix(rank, local_rank, task, host, level, time), line[pos:]
+    return Prefix(rank, local_rank, task, host, level, time), text
 
 
 def strip_prefix(line: str) -> str:

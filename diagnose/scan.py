@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - exercised only where no wheel exists
 ANCHORS = {
     "traceback": r"Traceback \(most recent call last\)",
     # a summary block, or only the tail of one pasted without its header (`rank : 0 (local_rank: 0)`)
-    "child-failed": r"Root Cause \(first observed failure\)|ChildFailedError|rank +: \d+ \(local_rank: \d+\)",
+    "child-failed": r"Root Cause \(first observed failure\)|ChildFailedError|rank *: \d+ \(local_rank: \d+\)",
 }
 
 MATCH_LIMIT = 4000  # real error lines are shorter; a runaway line must not make a regex backtrack for minutes
