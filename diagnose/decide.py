@@ -164,12 +164,34 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
                 phase=json.loads(row["fields"] or "{}").get("phase") or None,
             )
         )
+    inside = _traceback_bodies(events)
     for key, row in best.items():
-        if key not in covered:
+        # a source line quoted inside a traceback (`raise RuntimeError(f"NCCL error: ...")`) is code, not a log line
+        quoted = any(a < key[1] < b for a, b in inside.get(key[0], ())) or _is_source_line(row["text"])
+        if key not in covered and not (quoted and patterns[row["pattern"]].role != "context"):
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     _refine_bare_asserts(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
+
+
+def signal_subcategory(signal: str) -> str:
+    """SIGSEGV -> segfault, SIGKILL -> sigkill: the subcategory a signal death is reported under."""
+    return {"SIGSEGV": "segfault"}.get(signal, signal.lower())
+
+
+def _traceback_bodies(events: pl.DataFrame) -> dict[str, list[tuple[int, int]]]:
+    """(header line, exception line) of every traceback, per file: the frames and code lines between."""
+    bodies: dict[str, list[tuple[int, int]]] = {}
+    rows = events.filter((pl.col("kind") == "traceback") & pl.col("exception_line").is_not_null())
+    for row in rows.select("file", "line", "exception_line").iter_rows(named=True):
+        bodies.setdefault(row["file"], []).append((row["line"], row["exception_line"]))
+    return bodies
+
+
+def _is_source_line(text: str) -> bool:
+    """An indented `raise ...` is a traceback quoting source code, even when the Traceback header was cut off."""
+    return text[:1].isspace() and text.lstrip().startswith(("raise ", "return "))
 
 
 def _refine_bare_asserts(candidates: list[Candidate]) -> None:
@@ -202,7 +224,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
             role = "symptom"
         category, sub = (
             "killed",
-            {"SIGSEGV": "segfault"}.get(signal, signal.lower()),
+            signal_subcategory(signal),
         )
         if role == "symptom":
             sub = "teardown"

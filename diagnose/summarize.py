@@ -12,7 +12,7 @@ from typing import cast
 
 import polars as pl
 
-from diagnose.decide import Candidate, Incident, exit_rows, infer_rank_from_context
+from diagnose.decide import Candidate, Incident, exit_rows, infer_rank_from_context, signal_subcategory
 from diagnose.hang import HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
@@ -51,7 +51,11 @@ def build_verdict(
         confident = confident and not first.rank_inferred
         return Verdict(
             category=first.category,
-            subcategory=first.subcategory or _phase_subcategory(first.category, root.phase),
+            subcategory=(
+                signal_subcategory(first.fields["signal"])
+                if first.category == "killed" and first.fields.get("signal", "").startswith("SIG")
+                else first.subcategory or _phase_subcategory(first.category, root.phase)
+            ),
             title=title,
             rank=rank,
             ranks=tuple(ranks),
