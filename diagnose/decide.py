@@ -171,6 +171,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
         if key not in covered and not (quoted and patterns[row["pattern"]].role != "context"):
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     _refine_bare_asserts(candidates)
+    _refine_by_phase(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
 
@@ -192,6 +193,21 @@ def _traceback_bodies(events: pl.DataFrame) -> dict[str, list[tuple[int, int]]]:
 def _is_source_line(text: str) -> bool:
     """An indented `raise ...` is a traceback quoting source code, even when the Traceback header was cut off."""
     return text[:1].isspace() and text.lstrip().startswith(("raise ", "return "))
+
+
+_PHASE_CATEGORY = {"checkpoint_load": "checkpoint", "data_loading": "data"}
+
+
+def _refine_by_phase(candidates: list[Candidate]) -> None:
+    """A generic exception raised while a checkpoint was being loaded, or inside torch's data loading
+    machinery, is a checkpoint or data failure."""
+    refined: dict[tuple[str, str], str] = {}
+    for c in candidates:
+        if c.from_traceback and c.priority < GENERIC_PRIORITY and c.role == "root" and c.phase in _PHASE_CATEGORY:
+            c.category = refined[c.signature] = _PHASE_CATEGORY[c.phase]
+    for c in candidates:  # the same line printed again without its traceback (a paste cut above it)
+        if c.signature in refined and c.priority < GENERIC_PRIORITY:
+            c.category = refined[c.signature]
 
 
 def _refine_bare_asserts(candidates: list[Candidate]) -> None:

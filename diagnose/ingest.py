@@ -114,7 +114,7 @@ def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict
 def _traceback_rows(file: LogFile, display: str, data: bytes, hit: Hit) -> list[dict[str, Any]]:
     tb = parse_traceback(data, hit.start, hit.line_no, hit.prefix)
     frame = tb.user_frame
-    row = _base_row(file, display, hit.line_no, hit.prefix)
+    row = _base_row(file, display, hit.line_no, tb.prefix)
     row.update(
         kind="traceback",
         text=hit.text[:MAX_TEXT],

@@ -21,7 +21,7 @@ _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.<>-]{1,63}):(\d+):\d+ \[(\d+)\] ")
 # docker compose / SageMaker local mode: `gsb2fnng0z-algo-1-6pcq6 | msg`; SageMaker's toolkit quotes the
 # user's last error as `ErrorMessage "RuntimeError: ..."`
-_COMPOSE = regex.compile(r"([\w.-]{1,63}) \| ")
+_COMPOSE = regex.compile(r"([\w.-]{1,63}) +\| ")
 _SAGEMAKER_QUOTE = regex.compile(r'ErrorMessage "')
 _HOST_LOCAL = regex.compile(
     r"\[([a-z][\w.-]{0,62}):(\d{1,4})\]: ?"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import regex
 
-from diagnose.prefixes import Prefix, split_prefix
+from diagnose.prefixes import EMPTY, Prefix, split_prefix
 
 WINDOW_BYTES = 1 << 18
 WINDOW_LINES = 600
@@ -68,10 +68,17 @@ _INIT = (
 )
 
 
+_CHECKPOINT_LOAD = regex.compile(r"load_(?:\w+_)?(?:checkpoint|state_dict)|load_from_\w*state_dict|load_model_state")
+
+
 def phase_of(frames: tuple[Frame, ...]) -> str | None:
     """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init."""
     funcs = {f.func for f in frames}
     paths = " ".join(f.path for f in frames)
+    if any(_CHECKPOINT_LOAD.search(f.func) for f in frames):
+        return "checkpoint_load"
+    if "torch/utils/data/" in paths:
+        return "data_loading"
     if funcs & set(_BACKWARD) or "torch/autograd/" in paths:
         return "backward"
     if "torch/optim/" in paths or "/optimizer/" in paths:
@@ -103,8 +110,11 @@ def _window(data: bytes, start: int, prefix: Prefix, first_line: int) -> Iterato
     """Lines after `start` from the same writer as `prefix`, with their line numbers."""
     chunk = data[start : start + WINDOW_BYTES].decode("utf-8", "replace").split("\n")
     key = prefix.stream_key
+    adopt = prefix == EMPTY  # a header pasted without its prefix takes the writer of the line after it
     for offset, raw in enumerate(chunk[:WINDOW_LINES]):
         line_prefix, text = split_prefix(raw.rstrip("\r"))
+        if adopt and offset and raw.strip():
+            key, adopt = line_prefix.stream_key, False
         if line_prefix.stream_key == key or (offset and not raw.strip()):
             yield first_line + offset, line_prefix, text
 
@@ -134,7 +144,9 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
     rich = "╭" in first or "│" in first
     frames: list[Frame] = []
     base: int | None = None
-    for number, _, text in lines:
+    for number, line_prefix, text in lines:
+        if prefix == EMPTY and line_prefix != EMPTY:
+            prefix = line_prefix  # the header lost its prefix in the paste; the body says whose it is
         stripped = text.strip()
         if not stripped:
             continue
