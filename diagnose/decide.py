@@ -153,6 +153,8 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
             covered.add((row["file"], line))
         pattern = patterns[matched["pattern"]] if matched is not None else None
         source = {**row, "fields": matched["fields"] if matched is not None else None, "line": line}
+        if source["grank"] is None and matched is not None:
+            source["grank"] = matched["grank"]  # the exception line itself named the rank (`[Rank 1] ...`)
         candidates.append(
             make(
                 source,

@@ -25,7 +25,7 @@ from diagnose.prefixes import EMPTY, Prefix, split_prefix
 from diagnose.readers import read_log
 from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
-from diagnose.tracebacks import parse_error_json, parse_failures, parse_traceback, phase_of
+from diagnose.tracebacks import frames_above, parse_error_json, parse_failures, parse_traceback, phase_of
 
 MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
 CENSUS_BYTES = 1 << 16  # head and tail: every rank prints at start-up, and the tail shows who was still there
@@ -148,6 +148,33 @@ def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) ->
     return rows
 
 
+def _headless_tracebacks(
+    file: LogFile, display: str, data: bytes, hits: list[Hit], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Exception lines with frames above them but no Traceback header (cut off in a paste)."""
+    owned = {r["exception_line"] for r in rows if r["kind"] == "traceback"}
+    out = []
+    for hit in hits:
+        if hit.line_no in owned or "python-exception" not in hit.pattern_ids or hit.text[:1].isspace():
+            continue
+        tb = frames_above(data, hit.start, hit.line_no, hit.prefix)
+        if tb is None:
+            continue
+        frame = tb.user_frame
+        row = _base_row(file, display, tb.start_line, hit.prefix)
+        row.update(
+            kind="traceback",
+            text=hit.text[:MAX_TEXT],
+            exception=tb.exception[:MAX_TEXT] if tb.exception else None,
+            exception_line=hit.line_no,
+            code_file=frame.path if frame else None,
+            code_line=frame.line if frame else None,
+            fields=json.dumps({"exc_type": tb.exc_type or "", "phase": phase_of(tb.frames) or ""}),
+        )
+        out.append(row)
+    return out
+
+
 def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:
     """Lines inside a torchrun summary entry (its embedded traceback) belong to that entry's rank."""
     spans = [(r["line"], r["end_line"], r) for r in rows if r["kind"] == "exit"]
@@ -198,7 +225,8 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     data = read.data
     rows: list[dict[str, Any]] = []
     parsed_until: dict[tuple[object, ...], int] = {}
-    for hit in scanner.scan(data):
+    hits = scanner.scan(data)
+    for hit in hits:
         rows.extend(_pattern_rows(file, display, hit, year))
         if "traceback" in hit.pattern_ids:
             rows.extend(_traceback_rows(file, display, data, hit))
@@ -207,6 +235,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
             rows.extend(found)
             # a block's own ChildFailedError / Root Cause / rank lines must not start it again
             parsed_until[hit.prefix.stream_key] = max([r["end_line"] for r in found] + [hit.line_no + 1])
+    rows.extend(_headless_tracebacks(file, display, data, hits, rows))
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
     return FileResult(rows, _census(data), read.size, read.warnings)

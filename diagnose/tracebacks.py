@@ -18,6 +18,7 @@ from diagnose.prefixes import EMPTY, Prefix, split_prefix
 
 WINDOW_BYTES = 1 << 18
 WINDOW_LINES = 600
+BACK_BYTES = 1 << 15  # looking back for frames above a headerless exception line
 _FRAME = regex.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
 _RICH_FRAME = regex.compile(r"[│|]\s*(?P<path>\S+?\.py):(?P<line>\d+) in (?P<func>\S+)")
 _EXCEPTION = regex.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?")
@@ -273,3 +274,30 @@ def parse_error_json(data: bytes) -> ErrorFile | None:
         return ErrorFile(text, str(extra.get("py_callstack", "")), float(stamp) if stamp else None)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback | None:
+    """The frames printed just above a bare exception line whose Traceback header was cut from a paste.
+
+    Walks back over `  File "...", line N, in f` lines and their code lines from the same writer; returns
+    None unless at least one frame is found, so an ordinary log line never becomes a traceback.
+    """
+    head = data[max(0, start - BACK_BYTES) : start].decode("utf-8", "replace").split("\n")[:-1]
+    frames: list[Frame] = []
+    first = line_no
+    for offset, raw in enumerate(reversed(head[-WINDOW_LINES:]), start=1):
+        line_prefix, text = split_prefix(raw.rstrip("\r"))
+        if line_prefix.stream_key != prefix.stream_key or not text.strip():
+            break
+        if text.strip().startswith("Traceback (most recent call last)"):
+            return None  # a real header: the forward parser owns this traceback
+        if (m := _FRAME.fullmatch(text)) is not None:
+            frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
+            first = line_no - offset
+        elif not text[:1].isspace():
+            break
+    if not frames:
+        return None
+    stripped = data[start : data.find(b"\n", start)].decode("utf-8", "replace")
+    exception = split_prefix(stripped)[1].strip()
+    return Traceback(first, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))

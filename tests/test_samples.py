@@ -22,10 +22,6 @@ CASES = sorted(p.parent for p in SAMPLES.glob("*/expected.toml"))
 
 # Samples the engine does not get right yet, with why. Remove an entry once it passes (strict xfail).
 KNOWN_GAPS: dict[str, str] = {
-    "public-wenet-distributed-sampler-assert": (
-        "the paste starts below the Traceback header, so the frames above the bare AssertionError (inside "
-        "torch/utils/data) are never parsed and the error stays 'code'; frames are read only after a header"
-    ),
     "public-ray-openrlhf-nccl-remote-broadcast": (
         "Ray reports a dead worker ('A worker died or was killed ...') before the NCCL remote error; the analyzer "
         "takes the worker death as the root (killed), the expectation reads the excerpt as a network failure (nccl); "
