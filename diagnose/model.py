@@ -73,6 +73,12 @@ class Verdict:
     explanation: str = ""
     rank_inferred: bool = False  # rank computed as node index x ranks per node + local rank
 
+    def __post_init__(self) -> None:
+        # Event text keeps the log's indentation (C++ "  what():" lines, a tab after "[rank1]:"), which
+        # is noise in a verdict people paste into tickets and tools compare field by field.
+        if self.exception is not None:
+            object.__setattr__(self, "exception", self.exception.strip() or None)
+
 
 @dataclass(frozen=True)
 class JobInfo:

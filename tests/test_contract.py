@@ -90,3 +90,13 @@ def test_readme_documents_every_command_and_option():
         "bash tests/run.sh",
     ):
         assert text in README, text
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["public-detectron2-multigpu-thcudacheck-illegal-memory", "public-deepspeed-qwen-state-dict-size-mismatch-rank1"],
+)
+def test_root_cause_line_carries_no_log_indentation(name):
+    """Tools compare `verdict.exception` verbatim, so the log's indentation must not leak into it."""
+    exception = json.loads(render_json(analyze([str(ROOT / "sample_logs" / name)])))["verdict"]["exception"]
+    assert exception and exception == exception.strip()
