@@ -25,6 +25,7 @@ class RankMap:
     nodes: tuple[object, ...]
     per_node: int | None
     single_node: bool
+    task_is_rank: bool = False
 
 
 def _node_key(task: int | None, run_dir: str | None) -> object:
@@ -63,7 +64,20 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
         > 0
     )
     single = not host_scoped and len(nodes) <= 1 and (per_node is None or not ranks_seen or max(ranks_seen) < per_node)
-    return RankMap(stream, tuple(sorted(nodes, key=str)), per_node, single)
+    return RankMap(stream, tuple(sorted(nodes, key=str)), per_node, single, _task_is_rank(events, census, per_node))
+
+
+def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) -> bool:
+    """`srun --label` with no launcher below it (one srun task per GPU, Megatron's classic SLURM recipe)
+    makes the task id the global rank. A torchrun per node would show itself through local ranks or its
+    failure summary, and a line whose own rank differs from its task rules the reading out."""
+    if per_node is not None or any(task is not None for task, _, _ in census):
+        return False
+    tasks = events.filter(pl.col("task").is_not_null())
+    if tasks.is_empty() or events.filter(pl.col("kind") == "exit").height:
+        return False
+    named = tasks.select("task", pl.coalesce("rank", "file_rank").alias("own")).drop_nulls()
+    return bool((named.get_column("task") == named.get_column("own")).all())
 
 
 def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, RankMap]:
@@ -108,6 +122,8 @@ def _resolve(
         return row["file_rank"], False  # type: ignore[return-value]
     local = row["local_rank"]
     if local is None:
+        if row["task"] is not None and mapping.task_is_rank:
+            return row["task"], False  # type: ignore[return-value]
         return None, False
     if row["run_dir"] is not None and row["task"] is None:
         counter = group_rank.get((row["run_dir"], local))  # type: ignore[arg-type]
