@@ -25,7 +25,14 @@ from diagnose.prefixes import EMPTY, Prefix, split_prefix
 from diagnose.readers import read_log
 from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
-from diagnose.tracebacks import frames_above, parse_error_json, parse_failures, parse_traceback, phase_of
+from diagnose.tracebacks import (
+    Traceback,
+    frames_above,
+    parse_error_json,
+    parse_failures,
+    parse_traceback,
+    phase_of,
+)
 
 MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
 CENSUS_BYTES = 1 << 16  # head and tail: every rank prints at start-up, and the tail shows who was still there
@@ -113,18 +120,23 @@ def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict
 
 def _traceback_rows(file: LogFile, display: str, data: bytes, hit: Hit) -> list[dict[str, Any]]:
     tb = parse_traceback(data, hit.start, hit.line_no, hit.prefix)
-    frame = tb.user_frame
     row = _base_row(file, display, hit.line_no, tb.prefix)
+    return [_fill_traceback(row, hit, tb, tb.exception_line)]
+
+
+def _fill_traceback(row: dict[str, Any], hit: Hit, tb: Traceback, exception_line: int | None) -> dict[str, Any]:
+    """One row shape for every rebuilt traceback, with or without its `Traceback` header."""
+    frame = tb.user_frame
     row.update(
         kind="traceback",
         text=hit.text[:MAX_TEXT],
         exception=tb.exception[:MAX_TEXT] if tb.exception else None,
-        exception_line=tb.exception_line,
+        exception_line=exception_line,
         code_file=frame.path if frame else None,
         code_line=frame.line if frame else None,
         fields=json.dumps({"exc_type": tb.exc_type or "", "phase": phase_of(tb.frames) or ""}),
     )
-    return [row]
+    return row
 
 
 def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) -> list[dict[str, Any]]:
@@ -160,18 +172,7 @@ def _headless_tracebacks(
         tb = frames_above(data, hit.start, hit.line_no, hit.prefix)
         if tb is None:
             continue
-        frame = tb.user_frame
-        row = _base_row(file, display, tb.start_line, hit.prefix)
-        row.update(
-            kind="traceback",
-            text=hit.text[:MAX_TEXT],
-            exception=tb.exception[:MAX_TEXT] if tb.exception else None,
-            exception_line=hit.line_no,
-            code_file=frame.path if frame else None,
-            code_line=frame.line if frame else None,
-            fields=json.dumps({"exc_type": tb.exc_type or "", "phase": phase_of(tb.frames) or ""}),
-        )
-        out.append(row)
+        out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit, tb, hit.line_no))
     return out
 
 
