@@ -20,6 +20,7 @@ from diagnose.rankset import format_ranks
 
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
+_EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
@@ -34,9 +35,11 @@ def build_verdict(
     if root is not None:
         first = root.first
         ranks = root.ranks or infer_rank_from_context(root, candidates)
-        if not ranks and len({(c.file, c.line) for c in root.candidates}) == 1:
-            # printed once, by one process: the one rank the launcher saw fail is its writer (printed by
-            # several processes, it cannot be pinned to the launcher's first failure)
+        printed_once = len({(c.file, c.line) for c in root.candidates}) == 1
+        if not ranks and (printed_once or first.category not in _EVERY_PROCESS_FAILS):
+            # The one rank the launcher saw fail is the writer of an error printed once, and the best
+            # estimate for a runtime error several processes printed. A startup error every process hits
+            # alike (a bad argument, a missing file or module) belongs to no one rank.
             ranks = _sole_failed_rank(events)
         rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
         where = f" on rank {rank}" if rank is not None else _local_only(first)

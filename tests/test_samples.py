@@ -21,19 +21,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 CASES = sorted(p.parent for p in SAMPLES.glob("*/expected.toml"))
 
 # Samples the engine does not get right yet, with why. Remove an entry once it passes (strict xfail).
-KNOWN_GAPS: dict[str, str] = {
-    "public-ray-openrlhf-nccl-remote-broadcast": (
-        "Ray reports a dead worker ('A worker died or was killed ...') before the NCCL remote error; the analyzer "
-        "takes the worker death as the root (killed), the expectation reads the excerpt as a network failure (nccl); "
-        "the excerpt does not say why the worker died"
-    ),
-    "public-elastic-nccl-invalid-usage-local-rank6": (
-        "three processes print the same NCCL error interleaved; the expectation takes the glued first line "
-        "('RuntimeError: work = ...broadcast(...):') and the launcher's local_rank 6, while the analyzer quotes the "
-        "NCCL error itself and will not pin an error printed by several processes on the launcher's first failure "
-        "(public-dist-launch-local-rank-argparse-4procs expects exactly that)"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _normalise(text: str | None) -> str:
