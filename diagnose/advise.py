@@ -16,6 +16,13 @@ from diagnose.hang import HangAnalysis
 from diagnose.model import Fix
 
 _COMMAND = regex.compile(r"`([^`]+)`")
+# Backticks in a fix also quote log text and identifiers (`NCCL WARN`, `__getitem__`); only a span that
+# starts like a shell command (a known tool, or an environment assignment) is offered as one to run.
+_SHELL_START = regex.compile(
+    r"(?:ls|df|du|srun|sbatch|scontrol|sacct|squeue|scancel|sinfo|python3?|pip|uv|git|nvidia-smi|mkdir|ulimit|"
+    r"unset|export|torchrun|dmesg|ip|ibstat|ibv_devinfo|show_gids|quota|lfs|cat|grep|free|numactl|py-spy|"
+    r"deepspeed|accelerate|conda|module|ldd|nvcc|ray|kill|ps|htop|top)\s|[A-Z][A-Z0-9_]*=\S"
+)
 _SIZE = regex.compile(r"([\d.]+) ([KMGT]?)i?B")
 _UNITS = {"": 1 / 2**30, "K": 1 / 2**20, "M": 1 / 2**10, "G": 1.0, "T": 2**10}
 
@@ -23,8 +30,8 @@ _UNITS = {"": 1 / 2**30, "K": 1 / 2**20, "M": 1 / 2**10, "G": 1.0, "T": 2**10}
 def fixes_from_pattern(texts: tuple[str, ...]) -> list[Fix]:
     fixes = []
     for text in texts:
-        found = _COMMAND.search(text)
-        fixes.append(Fix(title=text, command=found.group(1) if found else None))
+        command = next((m.group(1) for m in _COMMAND.finditer(text) if _SHELL_START.match(m.group(1) + " ")), None)
+        fixes.append(Fix(title=text, command=command))
     return fixes
 
 
@@ -89,7 +96,8 @@ def advise(
             fixes += [f for f in fixes_from_pattern(item.first.pattern.fixes) if f not in fixes]
     details: dict[str, Any] = {}
     if related:
-        details["related"] = [{"pattern": i.first.pattern.id, "text": i.first.text} for i in related if i.first.pattern]
+        lines = {i.first.text.strip(): i.first.pattern.id for i in related if i.first.pattern}
+        details["related"] = [{"pattern": pattern, "text": text} for text, pattern in lines.items()]
     fields = {k: v for c in incident.candidates for k, v in c.fields.items()}
     if first.category == "oom":
         details["oom"] = oom_details(fields)

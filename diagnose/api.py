@@ -19,6 +19,7 @@ from diagnose.advise import advise, run_config
 from diagnose.decide import (
     build_candidates,
     choose_root,
+    exit_rows,
     group_incidents,
 )
 from diagnose.discover import LogFile, discover
@@ -74,14 +75,15 @@ def analyze(
             "; ".join(warnings) or f"no log files found under {', '.join(paths)}" + (f" for job {job}" if job else "")
         )
     ingested = ingest(list(found_files), paths, library.scanner, stdin=stdin)
-    events, _ = resolve_ranks(ingested.events, ingested.census)
+    events, rank_map = resolve_ranks(ingested.events, ingested.census)
     by_id = {p.id: p for p in library.patterns}
     candidates = build_candidates(events, by_id)
     incidents = group_incidents(candidates)
     root = choose_root(incidents)
-    seen = _seen_ranks(events, ingested.census)
+    seen = _seen_ranks(events, ingested.census, rank_map.single_node)
     expected = set(range(max(seen) + 1)) if seen else set()  # global ranks are 0..WORLD_SIZE-1
-    hang = analyze_hang(candidates, expected) if root is None else None
+    launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
+    hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
     verdict = build_verdict(root, hang, candidates, events)
     config = run_config(candidates)
     # The world size Megatron printed, else the ranks the logs show (global ranks are 0..WORLD_SIZE-1).
@@ -121,10 +123,16 @@ def _summarise_warnings(warnings: tuple[str, ...]) -> tuple[str, ...]:
     return (*rest, f"{len(empty)} empty file{'s' if len(empty) > 1 else ''} (ranks that printed nothing): {shown}")
 
 
-def _seen_ranks(events: pl.DataFrame, census: set[tuple[int | None, int | None, int | None]]) -> set[int]:
-    """Every global rank some line was attributed to, or whose prefix appeared at a file's head or tail."""
+def _seen_ranks(
+    events: pl.DataFrame, census: set[tuple[int | None, int | None, int | None]], single_node: bool
+) -> set[int]:
+    """Every global rank some line was attributed to, or whose prefix (or per-rank file) appeared; on a
+    single node a local rank is the global rank."""
     ranks = set(events.get_column("grank").drop_nulls().to_list())
-    return ranks | {rank for _, _, rank in census if rank is not None}
+    ranks |= {rank for _, _, rank in census if rank is not None}
+    if single_node:
+        ranks |= {local for task, local, rank in census if task is None and rank is None and local is not None}
+    return ranks
 
 
 __all__ = ["Diagnosis", "NoLogsError", "analyze", "load_library", "__version__"]

@@ -26,7 +26,7 @@ _DIGITS = regex.compile(r"\d+")
 GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
 _HANG_PATTERNS = ("nccl-watchdog-timeout", "gloo-timeout")
 # Signals a launcher or scheduler sends to stop survivors; any other signal death is a rank's own failure.
-_TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
+TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
 
 
 @dataclass
@@ -105,15 +105,29 @@ def best_pattern_per_line(events: pl.DataFrame, patterns: dict[str, Pattern]) ->
     return best
 
 
-def _time_by_rank(events: pl.DataFrame) -> dict[int, datetime]:
-    """A rank's failure time from torchrun's summary or error.json: tracebacks themselves carry none."""
-    times: dict[int, datetime] = {}
+def _time_by_rank(events: pl.DataFrame) -> dict[tuple[int | None, int], datetime]:
+    """A rank's failure time from torchrun's summary or error.json: tracebacks themselves carry none.
+
+    Keyed by (attempt, rank). A line that names no attempt (the console copy) borrows a time under
+    (None, rank) only when the rank failed in one attempt: after a restart the same rank fails again, and
+    which failure a console traceback belongs to is then unknown (its per-attempt copy carries the time).
+    """
+    times: dict[tuple[int | None, int], datetime] = {}
+    attempts: dict[int, set[int]] = defaultdict(set)
     for row in events.filter(pl.col("kind").is_in(["exit", "error_json"]) & pl.col("ts").is_not_null()).iter_rows(
         named=True
     ):
         rank = row["grank"]
-        if rank is not None and (rank not in times or row["ts"] < times[rank]):
-            times[rank] = row["ts"]
+        if rank is None:
+            continue
+        if row["attempt"] is not None:
+            attempts[rank].add(row["attempt"])
+        for key in {(row["attempt"], rank), (None, rank)}:
+            if key not in times or row["ts"] < times[key]:
+                times[key] = row["ts"]
+    for rank, seen in attempts.items():
+        if len(seen) > 1:
+            del times[(None, rank)]
     return times
 
 
@@ -124,7 +138,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     covered: set[tuple[str, int]] = set()
 
     def make(row: Row, pattern: Pattern | None, text: str, **extra: Any) -> Candidate:
-        ts = row["ts"] or rank_time.get(row["grank"])
+        ts = row["ts"] or rank_time.get((row["attempt"], row["grank"])) or rank_time.get((None, row["grank"]))
         fields = json.loads(row["fields"]) if row.get("fields") and pattern else {}
         return Candidate(
             pattern=pattern,
@@ -173,6 +187,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
         if key not in covered and not (quoted and patterns[row["pattern"]].role != "context"):
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     _refine_bare_asserts(candidates)
+    _refine_native_crashes(candidates)
     _refine_by_phase(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
@@ -197,7 +212,13 @@ def _is_source_line(text: str) -> bool:
     return text[:1].isspace() and text.lstrip().startswith(("raise ", "return "))
 
 
-_PHASE_CATEGORY = {"checkpoint_load": "checkpoint", "data_loading": "data"}
+_PHASE_CATEGORY = {"checkpoint_load": "checkpoint", "checkpoint_save": "checkpoint", "data_loading": "data"}
+# Programming errors stay code wherever they are raised: a class without the attribute, a name never
+# defined is a bug in the caller, not bad data or a bad checkpoint. (An attribute of None is different:
+# a value the data or the checkpoint did not provide.)
+_PROGRAMMING_ERROR = regex.compile(
+    r"\s*(?:[\w.]+\.)?(?:AttributeError: (?!'NoneType')|NameError|UnboundLocalError|SyntaxError|NotImplementedError)"
+)
 
 
 def _refine_by_phase(candidates: list[Candidate]) -> None:
@@ -205,11 +226,35 @@ def _refine_by_phase(candidates: list[Candidate]) -> None:
     machinery, is a checkpoint or data failure."""
     refined: dict[tuple[str, str], str] = {}
     for c in candidates:
-        if c.from_traceback and c.priority < GENERIC_PRIORITY and c.role == "root" and c.phase in _PHASE_CATEGORY:
+        if (
+            c.from_traceback
+            and c.priority < GENERIC_PRIORITY
+            and c.role == "root"
+            and c.phase in _PHASE_CATEGORY
+            and not _PROGRAMMING_ERROR.match(c.text)
+        ):
             c.category = refined[c.signature] = _PHASE_CATEGORY[c.phase]
     for c in candidates:  # the same line printed again without its traceback (a paste cut above it)
         if c.signature in refined and c.priority < GENERIC_PRIORITY:
             c.category = refined[c.signature]
+
+
+_CRASH_PATTERNS = ("segfault", "sigfpe-crash")
+_LIBRARY_FRAME = "cuda-library-frame"
+_BACKTRACE_LINES = 20
+
+
+def _refine_native_crashes(candidates: list[Candidate]) -> None:
+    """A signal crash whose native backtrace (printed right after it) runs through cuBLAS/cuDNN is a
+    failure of that CUDA library, not an anonymous kill."""
+    frames = [c for c in candidates if c.pattern is not None and c.pattern.id == _LIBRARY_FRAME]
+    if not frames:
+        return
+    for c in candidates:
+        if c.pattern is None or c.pattern.id not in _CRASH_PATTERNS:
+            continue
+        if any(f.file == c.file and 0 < f.line - c.line <= _BACKTRACE_LINES for f in frames):
+            c.category, c.subcategory = "cuda_error", "library_crash"
 
 
 def _refine_bare_asserts(candidates: list[Candidate]) -> None:
@@ -236,7 +281,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
         if signal is None or (rank in seen and rank is not None):
             continue
         seen.add(rank)
-        if signal not in _TEARDOWN_SIGNALS and (signal != "SIGABRT" or rank not in timed_out):
+        if signal not in TEARDOWN_SIGNALS and (signal != "SIGABRT" or rank not in timed_out):
             role = "root" if rank not in explained else "symptom"
         else:
             role = "symptom"
@@ -316,8 +361,16 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
 
 
 def infer_rank_from_context(incident: Incident, candidates: list[Candidate]) -> list[int]:
-    """An unprefixed pasted log: borrow the rank of a symptom line that repeats the root's message."""
+    """An unprefixed pasted log: borrow the rank of a line that repeats the root's message, or else of the
+    one rank whose own lines report the same failure (a kernel's device-side assert, then `[Rank 1] ...
+    CUDA error: device-side assert triggered` from that rank's watchdog)."""
     message = incident.first.text.split(": ", 1)[-1].strip()
-    if len(message) < 12:
+    if len(message) >= 12:
+        found = sorted({c.rank for c in candidates if c.rank is not None and message in c.text})
+        if found:
+            return found
+    pattern = incident.first.pattern
+    if pattern is None or pattern.priority < GENERIC_PRIORITY:
         return []
-    return sorted({c.rank for c in candidates if c.rank is not None and message in c.text})
+    same = {c.rank for c in candidates if c.rank is not None and c.pattern is pattern}
+    return sorted(same) if len(same) == 1 else []

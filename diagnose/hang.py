@@ -33,7 +33,14 @@ def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
-def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysis | None:
+def analyze_hang(
+    candidates: list[Candidate],
+    expected: set[int],
+    seen: set[int] = frozenset(),
+    launcher_failed: set[int] | None = None,
+) -> HangAnalysis | None:
+    """`seen`: ranks with any line; `launcher_failed`: the ranks a launcher reported failing or stopped
+    (None when no launcher report is in the logs)."""
     timeouts = [c for c in candidates if c.pattern is not None and c.pattern.id in _TIMEOUT_PATTERNS]
     # Lines that show a rank waited in a collective. The generic teardown notice (priority below
     # _WAIT_EVIDENCE) also follows NCCL errors, so alone it does not make a hang.
@@ -71,6 +78,9 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
     terminated = {c.rank for c in candidates if c.subcategory == "teardown" and c.rank is not None}
     active = {c.rank for c in candidates if c.rank is not None}
     silent = expected - victims - active
+    # Seen (it printed ordinary lines), yet no timeout, no error and no SIGTERM from torchrun: the rank was
+    # gone before the others gave up (it ran out of data, returned early, skipped the collective).
+    left = (seen & silent) - terminated - (launcher_failed or set())
     signatures = {(e.get("seq"), e.get("op"), e.get("numel_in")) for e in per_rank.values() if e.get("seq")}
     reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
     subcategory = "desync" if len(signatures) > 1 or reported_desync else None
@@ -85,6 +95,11 @@ def analyze_hang(candidates: list[Candidate], expected: set[int]) -> HangAnalysi
         suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
     elif terminated - victims:
         suspects, reason = terminated - victims, "printed no timeout and was still running when torchrun stopped it"
+    elif left and launcher_failed:
+        suspects, reason = (
+            left,
+            "printed no timeout or error and had already exited when the launcher stopped the others",
+        )
     elif silent and len(victims) > 1:
         # One visible rank says nothing about the others (a paste of one rank's output); several ranks
         # timing out while one prints nothing does.

@@ -239,7 +239,10 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     rows.extend(_headless_tracebacks(file, display, data, hits, rows))
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
-    return FileResult(rows, _census(data), read.size, read.warnings)
+    census = _census(data)
+    if file.local_rank is not None and file.run_dir is not None and data.strip():
+        census.add((None, file.local_rank, None))  # a torchrun per-rank file that is not empty: the rank ran
+    return FileResult(rows, census, read.size, read.warnings)
 
 
 def _ingest_error_json(

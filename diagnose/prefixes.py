@@ -42,6 +42,9 @@ _MPI_TAG = regex.compile(r"\[\d+,(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|e
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
 _STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?,? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
+# a logging format with the rank as its first column: ParlAI's `rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | msg`
+_RANK_COLUMN = regex.compile(r"rank:\s{0,3}(\d{1,7}) \| ")
+_LEVEL_COLUMN = regex.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \| ")
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
 # c10 / glog headers (month without a leading zero in some builds: `[E817 ...`):
@@ -117,6 +120,10 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0)[:1]
         elif pos == 0 and (m := _STREAM_TAG.match(line, pos)) is not None:
             host = m.group(1)
+        elif pos == 0 and (m := _RANK_COLUMN.match(line, pos)) is not None:
+            rank = int(m.group(1))
+        elif rank is not None and (m := _LEVEL_COLUMN.match(line, pos)) is not None:
+            level = level or m.group(0)[:1]
         elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:
             rank, host = int(m.group(1)), host or m.group(2)
         elif (m := _STAMP.match(line, pos)) is not None:

@@ -11,16 +11,27 @@ from datetime import datetime
 from typing import cast
 
 import polars as pl
+import regex
 
-from diagnose.decide import Candidate, Incident, exit_rows, infer_rank_from_context, signal_subcategory
+from diagnose.decide import (
+    TEARDOWN_SIGNALS,
+    Candidate,
+    Incident,
+    exit_rows,
+    infer_rank_from_context,
+    signal_subcategory,
+)
 from diagnose.hang import HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
 from diagnose.rankset import format_ranks
+from diagnose.tracebacks import SIGNAL_NAMES
 
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
+_NEAR_LINES = 10
+_UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
 
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
@@ -34,7 +45,7 @@ def build_verdict(
 ) -> Verdict:
     if root is not None:
         first = root.first
-        ranks = root.ranks or infer_rank_from_context(root, candidates)
+        ranks = root.ranks or infer_rank_from_context(root, candidates) or _traceback_owner_after(first, events)
         printed_once = len({(c.file, c.line) for c in root.candidates}) == 1
         if not ranks and (printed_once or first.category not in _EVERY_PROCESS_FAILS):
             # The one rank the launcher saw fail is the writer of an error printed once, and the best
@@ -116,6 +127,21 @@ def build_verdict(
             or "Only consequences of a failure were found; the failing rank's own log may be missing.",
         )
     failed = _failed_exits(events)
+    stopped = _launcher_signalled(candidates)
+    if stopped is not None and all(r["signal"] in TEARDOWN_SIGNALS for r in failed):
+        signal = _signal_name(stopped.fields.get("received") or stopped.fields.get("signum") or "")
+        return Verdict(
+            category="killed",
+            subcategory=signal_subcategory(signal) if signal.startswith("SIG") else None,
+            title=f"The launcher itself received {signal or 'a signal'} and stopped every worker",
+            host=stopped.host,
+            exception=stopped.text.strip(),
+            confidence="medium",
+            pattern=cast(Pattern, stopped.pattern).id,
+            explanation="No rank failed on its own: the launcher was told to stop from outside (scancel, a "
+            "scheduler time limit or preemption, a node shutting down, or a user's kill) and passed the "
+            "signal on to its workers.",
+        )
     if failed:
         first = failed[0]
         rank = first["grank"]
@@ -136,11 +162,12 @@ def build_verdict(
         # bootstrap): far more likely the cause than a healthy run.
         first = min(warned, key=lambda c: (c.ts is None, c.ts or datetime.min, c.file, c.line))
         pattern = cast(Pattern, first.pattern)
+        owner = _traceback_owner_after(first, events)
         return Verdict(
             category=first.category,
             subcategory=first.subcategory,
             title=f"{pattern.title} (the only warning-level line in the logs)",
-            rank=first.rank,
+            rank=first.rank if first.rank is not None else (owner[0] if owner else None),
             ranks=tuple(sorted({c.rank for c in warned if c.rank is not None and c.pattern == pattern})),
             host=first.host,
             exception=first.text,
@@ -169,6 +196,23 @@ def build_verdict(
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
 
 
+def _launcher_signalled(candidates: list[Candidate]) -> Candidate | None:
+    """torchrun's agent saying a signal reached IT (not a worker): the job was stopped from outside."""
+    received = [
+        c
+        for c in candidates
+        if c.pattern is not None
+        and c.pattern.id == "torchrun-sigterm-teardown"
+        and (c.fields.get("received") or c.fields.get("signum"))
+    ]
+    return min(received, key=lambda c: ("SignalException" not in c.text, c.file, c.line), default=None)
+
+
+def _signal_name(value: str) -> str:
+    value = value.removeprefix("Signals.")
+    return SIGNAL_NAMES.get(int(value), f"signal {value}") if value.isdigit() else value
+
+
 def _local_only(candidate: Candidate) -> str:
     """When only a node and a local rank are known, say exactly that instead of guessing a global rank."""
     row = candidate.rows[0] if candidate.rows else {}
@@ -176,6 +220,20 @@ def _local_only(candidate: Candidate) -> str:
     if local is None or host is None:
         return ""
     return f" on local rank {local} of {host} (global rank not in the logs)"
+
+
+def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
+    """NCCL's WARN lines carry host, pid and device but no rank; the traceback the same process prints
+    right after them (`[rank9]: Traceback ...`, often cut off in a paste) does."""
+    if first.from_traceback or first.category != "nccl":
+        return []
+    after = events.filter(
+        (pl.col("kind") == "traceback")
+        & (pl.col("file") == first.file)
+        & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
+    )
+    owners = set(after.get_column("grank").drop_nulls().to_list())
+    return sorted(owners) if len(owners) == 1 else []
 
 
 def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
@@ -193,9 +251,11 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
 
     A raised exception is quoted as raised. But an NCCL failure seen only as a log line (no traceback)
     is best named by NCCL's own first WARN from the same file, which says what failed (a shared-memory
-    segment, a socket, an IB completion), when that WARN came before it.
+    segment, a socket, an IB completion), when that WARN came before it, or at any point when the failure
+    itself only says "unhandled cuda/system error" (the WARN is the detail NCCL's code refers to).
     """
     if not first.from_traceback and first.category == "nccl":
+        unspecific = _UNSPECIFIC_NCCL.search(first.text) is not None
         warns = [
             c
             for c in candidates
@@ -204,7 +264,7 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
             and c.pattern is not None
             and c.pattern.severity == "warning"
             and c.file == first.file
-            and c.line < first.line
+            and (c.line < first.line or unspecific)
         ]
         if warns:
             return min(warns, key=lambda c: c.line).text

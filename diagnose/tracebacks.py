@@ -70,14 +70,25 @@ _INIT = (
 
 
 _CHECKPOINT_LOAD = regex.compile(r"load_(?:\w+_)?(?:checkpoint|state_dict)|load_from_\w*state_dict|load_model_state")
+_CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$")
 
 
 def phase_of(frames: tuple[Frame, ...]) -> str | None:
     """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init."""
     funcs = {f.func for f in frames}
     paths = " ".join(f.path for f in frames)
-    if any(_CHECKPOINT_LOAD.search(f.func) for f in frames):
+    if any(
+        _CHECKPOINT_LOAD.search(f.func)
+        or "/safetensors/" in f.path
+        or (f.func == "load" and f.path.endswith("torch/serialization.py"))
+        for f in frames
+    ):
         return "checkpoint_load"
+    if any(
+        _CHECKPOINT_SAVE.search(f.func) or (f.func == "save" and f.path.endswith("torch/serialization.py"))
+        for f in frames
+    ):
+        return "checkpoint_save"
     if "torch/utils/data/" in paths:
         return "data_loading"
     if funcs & set(_BACKWARD) or "torch/autograd/" in paths:
@@ -112,11 +123,16 @@ def _window(data: bytes, start: int, prefix: Prefix, first_line: int) -> Iterato
     chunk = data[start : start + WINDOW_BYTES].decode("utf-8", "replace").split("\n")
     key = prefix.stream_key
     adopt = prefix == EMPTY  # a header pasted without its prefix takes the writer of the line after it
+    # A logging formatter (`2024-01-01 12:00:00 ERROR | Traceback ...`) prefixes only the first line of a
+    # record: the unprefixed lines after it are the same record.
+    record = prefix.level is not None or prefix.time is not None
     for offset, raw in enumerate(chunk[:WINDOW_LINES]):
         line_prefix, text = split_prefix(raw.rstrip("\r"))
         if adopt and offset and raw.strip():
             key, adopt = line_prefix.stream_key, False
-        if line_prefix.stream_key == key or (offset and not raw.strip()):
+        if record and offset and line_prefix != EMPTY and line_prefix.stream_key != key:
+            record = False  # another writer's line: the record has ended
+        if line_prefix.stream_key == key or (offset and not raw.strip()) or (record and line_prefix == EMPTY):
             yield first_line + offset, line_prefix, text
 
 

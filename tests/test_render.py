@@ -32,6 +32,7 @@ SAMPLES = {
     "slurm-hang-stalled-rank": "hang with a suspect and the per-rank table",
     "slurm-ok": "nothing failed",
     "public-import-apex-dist-launch": "no rank known, fixes with commands",
+    "gpu-duplicate-gpu": "a generic NCCL error and the specific line printed with it",
 }
 
 

@@ -201,6 +201,17 @@ def _rank_cell(ranks: Sequence[object]) -> str:
     return ",".join(part for part in (whole, *odd) if part) or NONE
 
 
+def _related_section(values: Sequence[Any]) -> DetailSection:
+    """Lines printed with the root exception that name its precise cause (NCCL's "Last error: ...")."""
+    facts = [
+        (plain(item.get("pattern")), plain(item.get("text")).strip())
+        if isinstance(item, Mapping)
+        else ("", plain(item))
+        for item in values
+    ]
+    return DetailSection("Printed with it", tuple(facts))
+
+
 _SECTIONS = {"oom": _oom_section, "parallelism": _parallelism_section, "hang": _hang_section}
 
 
@@ -211,7 +222,9 @@ def detail_sections(details: object) -> list[DetailSection]:
     sections = []
     for key, value in details.items():
         build = _SECTIONS.get(key)
-        if build is not None and isinstance(value, Mapping):
+        if key == "related" and isinstance(value, list | tuple):
+            sections.append(_related_section(value))
+        elif build is not None and isinstance(value, Mapping):
             sections.append(build(value))
         elif isinstance(value, Mapping):
             sections.append(DetailSection(str(key).replace("_", " ").capitalize(), tuple(_rest(value, ()))))

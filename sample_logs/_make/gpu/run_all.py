@@ -69,11 +69,26 @@ SCENARIOS = {
     "rendezvous-static": ("rest", {}, {}, "rdzv-static"),
     "nccl-ifname": ("rest", {}, {"NCCL_SOCKET_IFNAME": "nonexistent0"}, []),
     "nccl-ifname-debug": ("rest", {}, {"NCCL_SOCKET_IFNAME": "nonexistent0", "NCCL_DEBUG": "INFO"}, []),
+    # batch 3 (device run 3)
+    "native-crash": ("rest", dict(plan={"1": {FAIL_STEP: {"native_crash": True}}}), {}, []),
+    "code-restarted": ("rest", dict(plan={"1": {FAIL_STEP: {"warmup_steps": 0}}}), {}, ["--max-restarts=1"]),
+    "early-exit-hang": ("rest", dict(plan={"1": {FAIL_STEP: {"out_of_data": True}}}), {}, []),
+    "external-sigterm": ("rest", dict(steps=100000, log_every=10, step_sleep=0.2), {}, []),
+    "device-ordinal": ("rest", {}, {"CUDA_VISIBLE_DEVICES": "0"}, []),
+    "duplicate-gpu": ("rest", dict(gpu_index=0), {}, []),
+    "checkpoint-save-dir": ("rest", dict(plan={"0": {FAIL_STEP: {"save_to": "/tmp/tinygpt-ckpt/run1/step4.pt"}}}),
+                            {}, []),
+    "data-shard-missing": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_file": "{job}/staged/shard-00004.bin"}}}),
+                           {}, []),
 }
+
+# Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
+# scancel or a time limit).
+TERMINATE_AFTER = {"external-sigterm": 40}
 
 GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forward-fragmented",
             "oom-forward-hang", "invalid-address-space",
-            "nccl-ifname", "nccl-ifname-debug"}
+            "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu"}
 
 
 def resolve(value, profile, job):
@@ -146,6 +161,10 @@ def wait_all(runs, args):
         for run in list(pending):
             killed = False
             if run["proc"].poll() is None:
+                term_at = TERMINATE_AFTER.get(run["name"])
+                if term_at is not None and not run.get("terminated") and time.time() - run["start"] > term_at:
+                    os.kill(run["proc"].pid, signal.SIGTERM)
+                    run["terminated"] = True
                 if time.time() - run["start"] < args.job_timeout:
                     continue
                 os.killpg(run["proc"].pid, signal.SIGKILL)

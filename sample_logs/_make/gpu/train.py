@@ -5,6 +5,7 @@ never printed: model size, data plan per rank and step, optional pieces (metrics
 fused kernel, megatron-core parallel setup). The generator (run_all.sh) writes one such file per run.
 """
 
+import ctypes
 import json
 import math
 import os
@@ -176,6 +177,11 @@ def get_batch(cfg, rank, step, device):
         time.sleep(0.5)
     if plan.get("preempt"):
         os.kill(os.getpid(), signal.SIGKILL)
+    if plan.get("native_crash"):  # a native extension dereferencing NULL
+        ctypes.string_at(0)
+    if plan.get("shard_file"):  # token shards staged on local disk
+        with open(plan["shard_file"], "rb") as f:
+            f.read(16)
     mb = cfg["micro_batch"]
     seq = plan.get("seq_len", cfg["seq_len"])
     n_tokens = plan.get("shard_tokens", mb * seq)
@@ -190,6 +196,12 @@ def get_batch(cfg, rank, step, device):
     if pad:
         labels[:, -pad:] = cfg.get("pad_id", -100)
     return tokens.to(device), labels.to(device)
+
+
+def learning_rate(cfg, rank, step):
+    """Linear warm-up, then constant."""
+    warmup = plan_for(cfg, rank, step).get("warmup_steps", cfg.get("warmup_steps", 2))
+    return cfg.get("lr", 3e-4) * min(1.0, step / warmup)
 
 
 def evaluate(model, cfg, rank, step, device):
@@ -233,8 +245,9 @@ def main():
     cfg = load_config()
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+        gpu = cfg.get("gpu_index", local_rank)
+        torch.cuda.set_device(gpu)
+        device = torch.device("cuda", gpu)
         dist.init_process_group("nccl", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)),
                                 device_id=device)
     else:
@@ -251,7 +264,7 @@ def main():
 
     model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
                     cfg.get("fused_embedding", False)).to(device)
-    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
@@ -268,6 +281,11 @@ def main():
 
     t0 = time.time()
     for step in range(1, cfg["steps"] + 1):
+        if plan_for(cfg, rank, step).get("out_of_data"):  # this rank's shard list is shorter
+            print(f"rank {rank}: no more shards after step {step - 1}, stopping", flush=True)
+            return
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(cfg, rank, step)
         tokens, labels = get_batch(cfg, rank, step, device)
         logits = model(tokens)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
@@ -279,10 +297,14 @@ def main():
             if rank == 0:
                 print(f"step {step} | val loss {val:.4f}", flush=True)
         loss_value = loss.item()
+        save_to = plan_for(cfg, rank, step).get("save_to")
+        if save_to:
+            torch.save({"step": step, "model": model.module.state_dict()}, save_to)
         if writer is not None:
             writer.log(step=step, loss=loss_value)
         if rank == 0 and step % cfg.get("log_every", 1) == 0:
             print(f"step {step} | loss {loss_value:.4f} | {time.time() - t0:.1f}s", flush=True)
+        time.sleep(cfg.get("step_sleep", 0))
 
     if writer is not None:
         writer.close()
