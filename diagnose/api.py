@@ -12,8 +12,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
-
 from diagnose import __version__
 from diagnose.advise import advise, run_config
 from diagnose.decide import (
@@ -23,11 +21,11 @@ from diagnose.decide import (
     group_incidents,
 )
 from diagnose.discover import LogFile, discover
-from diagnose.hang import analyze_hang
+from diagnose.hang import analyze_hang, ranks_that_left
 from diagnose.ingest import ingest
 from diagnose.model import Diagnosis, Inputs, JobInfo, RankSummary
 from diagnose.patterns import Pattern, load_patterns, pattern_dirs
-from diagnose.ranks import resolve_ranks
+from diagnose.ranks import census_ranks, resolve_ranks
 from diagnose.scan import Scanner
 from diagnose.slurm import job_info
 from diagnose.summarize import build_evidence, build_symptoms, build_verdict, related_incidents
@@ -80,11 +78,12 @@ def analyze(
     candidates = build_candidates(events, by_id)
     incidents = group_incidents(candidates)
     root = choose_root(incidents)
-    seen = _seen_ranks(events, ingested.census, rank_map.single_node)
+    seen = set(events.get_column("grank").drop_nulls().to_list()) | census_ranks(ingested.census, rank_map)
     expected = set(range(max(seen) + 1)) if seen else set()  # global ranks are 0..WORLD_SIZE-1
     launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
     hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
-    verdict = build_verdict(root, hang, candidates, events)
+    left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
+    verdict = build_verdict(root, hang, candidates, events, left)
     config = run_config(candidates)
     # The world size Megatron printed, else the ranks the logs show (global ranks are 0..WORLD_SIZE-1).
     world = int(config["world_size"]) if config.get("world_size", "").isdigit() else (len(expected) or None)
@@ -121,18 +120,6 @@ def _summarise_warnings(warnings: tuple[str, ...]) -> tuple[str, ...]:
         return rest
     shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
     return (*rest, f"{len(empty)} empty file{'s' if len(empty) > 1 else ''} (ranks that printed nothing): {shown}")
-
-
-def _seen_ranks(
-    events: pl.DataFrame, census: set[tuple[int | None, int | None, int | None]], single_node: bool
-) -> set[int]:
-    """Every global rank some line was attributed to, or whose prefix (or per-rank file) appeared; on a
-    single node a local rank is the global rank."""
-    ranks = set(events.get_column("grank").drop_nulls().to_list())
-    ranks |= {rank for _, _, rank in census if rank is not None}
-    if single_node:
-        ranks |= {local for task, local, rank in census if task is None and rank is None and local is not None}
-    return ranks
 
 
 __all__ = ["Diagnosis", "NoLogsError", "analyze", "load_library", "__version__"]

@@ -33,6 +33,16 @@ def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
+def ranks_that_left(candidates: list[Candidate], seen: set[int], launcher_failed: set[int] | None) -> set[int]:
+    """Ranks seen printing ordinary lines, yet with no timeout, no error and no SIGTERM from the launcher,
+    in a job whose launcher reported its failures: they were gone before the others gave up (ran out of
+    data, returned early, skipped the collective). Without a launcher report nothing can be said."""
+    if not launcher_failed:
+        return set()
+    active = {c.rank for c in candidates if c.rank is not None}
+    return seen - active - launcher_failed
+
+
 def analyze_hang(
     candidates: list[Candidate],
     expected: set[int],
@@ -78,9 +88,7 @@ def analyze_hang(
     terminated = {c.rank for c in candidates if c.subcategory == "teardown" and c.rank is not None}
     active = {c.rank for c in candidates if c.rank is not None}
     silent = expected - victims - active
-    # Seen (it printed ordinary lines), yet no timeout, no error and no SIGTERM from torchrun: the rank was
-    # gone before the others gave up (it ran out of data, returned early, skipped the collective).
-    left = (seen & silent) - terminated - (launcher_failed or set())
+    left = ranks_that_left(candidates, seen, launcher_failed) - victims
     signatures = {(e.get("seq"), e.get("op"), e.get("numel_in")) for e in per_rank.values() if e.get("seq")}
     reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
     subcategory = "desync" if len(signatures) > 1 or reported_desync else None
@@ -109,7 +117,7 @@ def analyze_hang(
     else:
         suspects, reason = set(), "every rank timed out; no rank stands out"
     if subcategory is None and suspects and suspects != victims:
-        subcategory = "straggler"
+        subcategory = "early_exit" if suspects == left else "straggler"
     telling = max(
         (c for c in waited if c.subcategory in ("desync", "straggler")), key=lambda c: c.priority, default=None
     )

@@ -31,6 +31,8 @@ MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NEAR_LINES = 10
+# A peer's socket closed or its process exited: the peer is gone.
+_PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-remote-error"})
 _UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
 
 
@@ -41,7 +43,11 @@ def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
 
 
 def build_verdict(
-    root: Incident | None, hang: HangAnalysis | None, candidates: list[Candidate], events: pl.DataFrame
+    root: Incident | None,
+    hang: HangAnalysis | None,
+    candidates: list[Candidate],
+    events: pl.DataFrame,
+    left: set[int] = frozenset(),
 ) -> Verdict:
     if root is not None:
         first = root.first
@@ -84,7 +90,9 @@ def build_verdict(
         )
     if hang is not None:
         suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
-        if suspect is not None:
+        if suspect is not None and hang.subcategory == "early_exit":
+            what = f"rank {suspect} had already exited without an error"
+        elif suspect is not None:
             what = f"rank {suspect} never arrived"
         elif hang.suspects:
             what = f"ranks {format_ranks(hang.suspects)}: {hang.reason}"
@@ -113,6 +121,22 @@ def build_verdict(
     if symptoms:
         # The most telling symptom (a named desync or a peer that closed its socket beats generic teardown).
         first = min(symptoms, key=lambda c: (-c.priority, c.ts is None, c.ts or datetime.min, c.file, c.line))
+        if len(left) == 1 and first.pattern is not None and first.pattern.id in _PEER_GONE:
+            (rank,) = left
+            return Verdict(
+                category="hang",
+                subcategory="early_exit",
+                title=f"Rank {rank} left the job without an error while its peers still needed it",
+                rank=rank,
+                ranks=(rank,),
+                exception=_root_line(first, candidates),
+                confidence="medium",
+                pattern=first.pattern.id if first.pattern else None,
+                explanation="The peers lost their connection to a rank that printed no error, was not stopped by "
+                "the launcher and no longer ran: it finished or returned early (fewer batches than the others, "
+                "a rank-dependent early exit, a skipped collective), so the collective it left could never "
+                "complete.",
+            )
         return Verdict(
             category=first.category,
             subcategory=first.subcategory,

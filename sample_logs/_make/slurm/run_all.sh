@@ -2,7 +2,7 @@
 # Regenerate the sample_logs/slurm-* folders by running real sbatch jobs on the local test cluster.
 #   sample_logs/_make/slurm/run_all.sh [SCENARIO...]      (default: all, in dependency order)
 # Scenarios: ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
-#            checkpoint-truncated dataloader-worker-killed code-keyerror time-limit
+#            checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # Knobs: SAMPLES_WORK (scratch dir, default /tmp/slurm-samples), PYTHON (default the repo's .venv),
 #        SAMPLES_OUT (where the slurm-* folders go, default sample_logs/; the tests use a temp dir).
@@ -14,7 +14,7 @@ WORK=${SAMPLES_WORK:-/tmp/slurm-samples}
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 RUN_DIR=$WORK/runs
 ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
-    checkpoint-truncated dataloader-worker-killed code-keyerror time-limit)
+    checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
 
@@ -113,6 +113,10 @@ scenario() {
             run code-keyerror "$(config '{}' '{"5": {"loss_terms": ["mse", "z_loss"]}}')" ;;
         dataloader-worker-killed) # rank 1's loader worker dies while producing sample 40
             run dataloader-worker-killed "$(config '{}' '{"1": {"worker_sigkill_at": 40}}')" ;;
+        early-exit) # rank 6 (second node) runs out of data after 8 iterations and returns without an error
+            run early-exit "$(config '{}' '{"6": {"stop_after": 8}}')" ;;
+        import-one-node) # rank 5's environment (second node) lacks a module the job imports
+            run import-one-node "$(config '{}' '{"5": {"extra_import": "apex"}}')" ;;
         time-limit)
             run time-limit "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" \
                 --time=00:01:00 ;;

@@ -9,10 +9,13 @@ Sections:
               ready_file    path the rank waits for before its first step (data staging)
               sigkill_at    iteration at which the rank SIGKILLs itself (as the host OOM killer would)
               worker_sigkill_at  sample index at which its DataLoader worker SIGKILLs itself
+              stop_after    the rank's data runs out after this many iterations: it returns early, without error
+              extra_import  a module the rank imports at start (a node whose environment lacks it)
 The stdout of every rank carries one start line; rank 0 also prints iteration lines.
 """
 
 import datetime
+import importlib
 import json
 import os
 import signal
@@ -134,6 +137,9 @@ def train(cfg, args, rank, world_size):
     for iteration in range(start + 1, args.train_iters + 1):
         if iteration == mine.get("sigkill_at"):
             os.kill(os.getpid(), signal.SIGKILL)
+        if mine.get("stop_after") is not None and iteration > mine["stop_after"]:
+            print(f"rank {rank}: data exhausted after {iteration - 1} iterations", flush=True)
+            return
         x, y = next(batches)
         loss = sum(loss_weights[term] for term in loss_terms) * torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
@@ -159,6 +165,9 @@ def main():
     print(f"rank {rank}/{world_size} local_rank {os.environ['LOCAL_RANK']} host {socket.gethostname()} "
           f"pid {os.getpid()}", flush=True)
 
+    extra = cfg.get("per_rank", {}).get(str(rank), {}).get("extra_import")
+    if extra:
+        importlib.import_module(extra)
     args = types.SimpleNamespace(**cfg["args"], rank=rank, world_size=world_size)
     if rank == 0:
         print_args("arguments", args)
