@@ -212,7 +212,12 @@ def _is_source_line(text: str) -> bool:
     return text[:1].isspace() and text.lstrip().startswith(("raise ", "return "))
 
 
-_PHASE_CATEGORY = {"checkpoint_load": "checkpoint", "checkpoint_save": "checkpoint", "data_loading": "data"}
+_PHASE_CATEGORY = {
+    "checkpoint_load": "checkpoint",
+    "checkpoint_save": "checkpoint",
+    "data_loading": "data",
+    "arguments": "config",
+}
 # Programming errors stay code wherever they are raised: a class without the attribute, a name never
 # defined is a bug in the caller, not bad data or a bad checkpoint. (An attribute of None is different:
 # a value the data or the checkpoint did not provide.)
@@ -348,7 +353,7 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
     # same moment (the NCCL WARN explains the DistBackendError, but the exception is what was raised);
     # then the more specific signature (slurmstepd prints "CANCELLED" before the oom_kill that caused
     # it), then the earlier line.
-    return min(
+    chosen = min(
         roots,
         key=lambda i: (
             i.first.priority < GENERIC_PRIORITY,
@@ -358,6 +363,30 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
             i.first.line,
         ),
     )
+    return _explained_by(chosen, roots) or chosen
+
+
+_UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
+_EXPLAIN_LINES = 40  # the exception line ends a traceback of up to a few dozen lines
+
+
+def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
+    """NCCL's generic result codes ("unhandled cuda error", "internal error") only say a CUDA or system
+    call failed; a line of the same writer just before the exception that names the failure with another
+    category (NCCL's own `WARN Cuda failure 'out of memory'`) is the cause to report."""
+    first = chosen.first
+    if first.category != "nccl" or not _UNSPECIFIC_NCCL.search(first.text):
+        return None
+    causes = [
+        i
+        for i in roots
+        if i is not chosen
+        and i.first.category not in ("nccl", first.category)
+        and i.first.priority > first.priority
+        and i.first.file == first.file
+        and 0 < first.line - i.first.line <= _EXPLAIN_LINES
+    ]
+    return max(causes, key=lambda i: i.first.line, default=None)
 
 
 def infer_rank_from_context(incident: Incident, candidates: list[Candidate]) -> list[int]:

@@ -33,6 +33,14 @@ def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
+def _whole_world(expected: set[int]) -> bool:
+    """Ranks 0..max seen in an excerpt are the whole job only if that count is a world size jobs use (a
+    power of two or whole 8-GPU nodes); seeing ranks up to 2 says the excerpt left out rank 3 and more, so
+    the missing rank 0 is not singled out."""
+    n = len(expected)
+    return n > 0 and (n & (n - 1) == 0 or n % 8 == 0)
+
+
 def ranks_that_left(candidates: list[Candidate], seen: set[int], launcher_failed: set[int] | None) -> set[int]:
     """Ranks seen printing ordinary lines, yet with no timeout, no error and no SIGTERM from the launcher,
     in a job whose launcher reported its failures: they were gone before the others gave up (ran out of
@@ -98,7 +106,10 @@ def analyze_hang(
         low = min(s for s in seqs.values() if s is not None)
         behind = {r for r, s in seqs.items() if s == low}
     if named:
-        suspects, reason = named, "named by a monitored barrier as never arriving"
+        suspects, reason = (
+            named,
+            "named by the waiting ranks (a monitored barrier, an NCCL unique-id wait) as never arriving",
+        )
     elif never_entered:
         suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
     elif terminated - victims:
@@ -108,9 +119,9 @@ def analyze_hang(
             left,
             "printed no timeout or error and had already exited when the launcher stopped the others",
         )
-    elif silent and len(victims) > 1:
+    elif silent and len(victims) > 1 and _whole_world(expected):
         # One visible rank says nothing about the others (a paste of one rank's output); several ranks
-        # timing out while one prints nothing does.
+        # timing out while one prints nothing does, when ranks 0..max look like the whole job.
         suspects, reason = silent, "printed nothing while the others timed out"
     elif behind and len(behind) < len(seqs):
         suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"

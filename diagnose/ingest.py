@@ -93,7 +93,7 @@ _TEXT_RANK = regex.compile(r"\[(?:PG (?:ID )?(\d+)[^\]]*?)?Rank (\d{1,7})\]")
 
 def _field_rank(fields: dict[str, str], text: str) -> int | None:
     """A rank named in the message itself: a pattern's `rank` group, else c10d's `[Rank N]` / `[PG … Rank N]`."""
-    value = fields.get("rank")
+    value = fields.get("rank") or fields.get("rank2")  # group names are unique: a second alternative uses rank2
     if value is not None and value.isdigit():
         return int(value)
     found = _TEXT_RANK.search(text)

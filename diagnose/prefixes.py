@@ -40,7 +40,7 @@ _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]
 # mpirun --tag-output `[1,3]<stderr>:` and SageMaker's `[1,mpirank:3,algo-1]<stderr>:` (jobid, rank, host)
 _MPI_TAG = regex.compile(r"\[\d+,(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
-_STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?,? ")
+_STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?[,:]? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 # a logging format with the rank as its first column: ParlAI's `rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | msg`
 _RANK_COLUMN = regex.compile(r"rank:\s{0,3}(\d{1,7}) \| ")
@@ -124,7 +124,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             rank = int(m.group(1))
         elif rank is not None and (m := _LEVEL_COLUMN.match(line, pos)) is not None:
             level = level or m.group(0)[:1]
-        elif pos == 0 and (m := _MPI_TAG.match(line, pos)) is not None:
+        elif (m := _MPI_TAG.match(line, pos)) is not None:
             rank, host = int(m.group(1)), host or m.group(2)
         elif (m := _STAMP.match(line, pos)) is not None:
             time = time or m.group(0)

@@ -73,6 +73,17 @@ _CHECKPOINT_LOAD = regex.compile(r"load_(?:\w+_)?(?:checkpoint|state_dict)|load_
 _CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$")
 
 
+_ARGUMENT_CHECKS = ("validate_args", "parse_args", "_parse_args", "check_args", "validate_arguments")
+
+
+def _checks_arguments(frame: Frame) -> bool:
+    """Argument validation: Megatron's validate_args, argparse, a config dataclass's __post_init__."""
+    if frame.func in _ARGUMENT_CHECKS:
+        return True
+    name = frame.path.rsplit("/", 1)[-1]
+    return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
+
+
 def phase_of(frames: tuple[Frame, ...]) -> str | None:
     """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init."""
     funcs = {f.func for f in frames}
@@ -89,7 +100,9 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
         for f in frames
     ):
         return "checkpoint_save"
-    if "torch/utils/data/" in paths:
+    if frames and _checks_arguments(frames[-1]):
+        return "arguments"
+    if "torch/utils/data/" in paths or "torchvision/datasets/" in paths:
         return "data_loading"
     if funcs & set(_BACKWARD) or "torch/autograd/" in paths:
         return "backward"
