@@ -208,6 +208,9 @@ def _attribute_sections(rows: list[dict[str, Any]]) -> None:
             row["rank"] = owner[-1]
 
 
+_NON_SPACE = regex.compile(rb"\S")  # a search stops at the first byte; bytes.strip() would copy the file
+
+
 def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
     seen = set()
     for part in (data[:CENSUS_BYTES], data[-CENSUS_BYTES:]):
@@ -240,7 +243,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
     census = _census(data)
-    if file.local_rank is not None and file.run_dir is not None and data.strip():
+    if file.local_rank is not None and file.run_dir is not None and _NON_SPACE.search(data):
         census.add((None, file.local_rank, None))  # a torchrun per-rank file that is not empty: the rank ran
     return FileResult(rows, census, read.size, read.warnings)
 
