@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -188,6 +188,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     _refine_bare_asserts(candidates)
     _refine_native_crashes(candidates)
+    candidates.extend(_duplicate_ranks(candidates))
     _refine_by_phase(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
@@ -212,7 +213,7 @@ def _is_source_line(text: str) -> bool:
     return text[:1].isspace() and text.lstrip().startswith(("raise ", "return "))
 
 
-_PHASE_CATEGORY = {
+PHASE_CATEGORY = {
     "checkpoint_load": "checkpoint",
     "checkpoint_save": "checkpoint",
     "data_loading": "data",
@@ -235,10 +236,10 @@ def _refine_by_phase(candidates: list[Candidate]) -> None:
             c.from_traceback
             and c.priority < GENERIC_PRIORITY
             and c.role == "root"
-            and c.phase in _PHASE_CATEGORY
+            and c.phase in PHASE_CATEGORY
             and not _PROGRAMMING_ERROR.match(c.text)
         ):
-            c.category = refined[c.signature] = _PHASE_CATEGORY[c.phase]
+            c.category = refined[c.signature] = PHASE_CATEGORY[c.phase]
     for c in candidates:  # the same line printed again without its traceback (a paste cut above it)
         if c.signature in refined and c.priority < GENERIC_PRIORITY:
             c.category = refined[c.signature]
@@ -262,6 +263,24 @@ def _refine_native_crashes(candidates: list[Candidate]) -> None:
             c.category, c.subcategory = "cuda_error", "library_crash"
 
 
+_RANK_START = "duplicate-global-rank"
+
+
+def _duplicate_ranks(candidates: list[Candidate]) -> list[Candidate]:
+    """A global rank started twice in one log is a misconfigured launch (and the reason a job then hangs in
+    init): the first repeated start line becomes a root."""
+    starts: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+    for c in candidates:
+        if c.pattern is not None and c.pattern.id == _RANK_START and c.fields.get("global_rank"):
+            starts[(c.file, c.fields["global_rank"])].append(c)
+    repeated = sorted((group[1] for group in starts.values() if len(group) > 1), key=lambda c: c.line)
+    if not repeated:
+        return []
+    first = repeated[0]
+    # its own text, so it is not grouped with the ordinary start lines
+    return [replace(first, role="root", priority=50, rank=None, text=f"started twice: {first.text.strip()}")]
+
+
 def _refine_bare_asserts(candidates: list[Candidate]) -> None:
     """A bare `AssertionError` says nothing; the asserted source line just above it in the traceback
     does (`assert steps % world_size == 0`). A context signature on that line lends its category."""
@@ -281,12 +300,18 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
     timed_out = {c.rank for c in others if c.role == "symptom" and c.rank is not None}
     seen: set[int | None] = set()
     out = []
-    for row in exit_rows(events):
+    rows = exit_rows(events)
+    # torchrun SIGTERMs the survivors of the first failure and SIGKILLs those that do not stop in time: a
+    # signal death well after the first recorded failure is that teardown, not a cause of its own.
+    failure_times = [r["ts"] for r in rows if r["ts"] is not None and (r["exitcode"] or r["torchrun_root"])]
+    first_failure = min(failure_times, default=None)
+    for row in rows:
         signal, rank = row["signal"], row["grank"]
         if signal is None or (rank in seen and rank is not None):
             continue
         seen.add(rank)
-        if signal not in TEARDOWN_SIGNALS and (signal != "SIGABRT" or rank not in timed_out):
+        late = first_failure is not None and row["ts"] is not None and (row["ts"] - first_failure).total_seconds() > 1
+        if signal not in TEARDOWN_SIGNALS and not late and (signal != "SIGABRT" or rank not in timed_out):
             role = "root" if rank not in explained else "symptom"
         else:
             role = "symptom"

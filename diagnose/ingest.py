@@ -30,6 +30,7 @@ from diagnose.tracebacks import (
     frames_above,
     parse_error_json,
     parse_failures,
+    parse_first_process,
     parse_traceback,
     phase_of,
 )
@@ -141,7 +142,12 @@ def _fill_traceback(row: dict[str, Any], hit: Hit, tb: Traceback, exception_line
 
 def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) -> list[dict[str, Any]]:
     rows = []
-    for record in parse_failures(data, hit.start, hit.line_no, hit.prefix):
+    if "first-process" in hit.pattern_ids:
+        first = parse_first_process(data, hit.start, hit.line_no, hit.prefix)
+        records = [first] if first is not None else []
+    else:
+        records = parse_failures(data, hit.start, hit.line_no, hit.prefix)
+    for record in records:
         row = _base_row(file, display, record.line, hit.prefix)
         row.update(
             kind="exit",
@@ -174,6 +180,37 @@ def _headless_tracebacks(
             continue
         out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit, tb, hit.line_no))
     return out
+
+
+def _cut_tail_traceback(file: LogFile, display: str, data: bytes, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A paste that ends inside a traceback's frames, with neither its header nor its exception line: the
+    frames still say where it failed (loading a checkpoint, in the data loader) and whose it was."""
+    tail = data.rstrip()
+    if not tail:
+        return []
+    last_start = tail.rfind(b"\n") + 1
+    prefix, text = split_prefix(tail[last_start:].decode("utf-8", "replace").rstrip("\r"))
+    if not text[:1].isspace():
+        return []  # a paste cut inside a traceback ends on an indented frame or code line
+    line_no = tail.count(b"\n") + 2  # the exception line that never came
+    buf = data if len(tail) < len(data) else data + b"\n"  # the walk back reads whole lines
+    tb = frames_above(buf, len(tail) + 1, line_no, prefix)
+    if tb is None or any(
+        r["kind"] == "traceback" and r["line"] <= tb.start_line <= (r["exception_line"] or r["line"]) for r in rows
+    ):
+        return []
+    frame = tb.user_frame
+    row = _base_row(file, display, tb.start_line, prefix)
+    row.update(
+        kind="traceback",
+        text=text.strip()[:MAX_TEXT],
+        exception=None,
+        exception_line=None,
+        code_file=frame.path if frame else None,
+        code_line=frame.line if frame else None,
+        fields=json.dumps({"exc_type": "", "phase": phase_of(tb.frames) or ""}),
+    )
+    return [row]
 
 
 def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:
@@ -234,12 +271,14 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
         rows.extend(_pattern_rows(file, display, hit, year))
         if "traceback" in hit.pattern_ids:
             rows.extend(_traceback_rows(file, display, data, hit))
-        if "child-failed" in hit.pattern_ids and hit.line_no > parsed_until.get(hit.prefix.stream_key, 0):
+        summary = "child-failed" in hit.pattern_ids or "first-process" in hit.pattern_ids
+        if summary and hit.line_no > parsed_until.get(hit.prefix.stream_key, 0):
             found = _exit_rows(file, display, data, hit, year)
             rows.extend(found)
             # a block's own ChildFailedError / Root Cause / rank lines must not start it again
             parsed_until[hit.prefix.stream_key] = max([r["end_line"] for r in found] + [hit.line_no + 1])
     rows.extend(_headless_tracebacks(file, display, data, hits, rows))
+    rows.extend(_cut_tail_traceback(file, display, data, rows))
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
     census = _census(data)

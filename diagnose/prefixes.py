@@ -37,8 +37,9 @@ _VLLM = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\
 _STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`
 # Python logging / rich log columns: `ERROR    __main__   msg` and ` WARNING  msg   api.py:699`
 _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]+ {2,})?")
-# mpirun --tag-output `[1,3]<stderr>:` and SageMaker's `[1,mpirank:3,algo-1]<stderr>:` (jobid, rank, host)
-_MPI_TAG = regex.compile(r"\[\d+,(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
+# mpirun --tag-output `[1,3]<stderr>:`, horovodrun's `[3]<stderr>:` and SageMaker's `[1,mpirank:3,algo-1]<stderr>:`
+# (jobid, rank, host)
+_MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
 _STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?[,:]? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")

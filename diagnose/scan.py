@@ -31,6 +31,8 @@ ANCHORS = {
     "traceback": r"Traceback \(most recent call last\)",
     # a summary block, or only the tail of one pasted without its header (`rank : 0 (local_rank: 0)`)
     "child-failed": r"Root Cause \(first observed failure\)|ChildFailedError|rank *: \d+ \(local_rank: \d+\)",
+    # mpirun / horovodrun naming the first process that exited non-zero (its name and code follow)
+    "first-process": r"The first process to do so was:",
 }
 
 MATCH_LIMIT = 4000  # real error lines are shorter; a runaway line must not make a regex backtrack for minutes

@@ -7,6 +7,7 @@ place.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import cast
 
@@ -14,6 +15,7 @@ import polars as pl
 import regex
 
 from diagnose.decide import (
+    PHASE_CATEGORY,
     TEARDOWN_SIGNALS,
     Candidate,
     Incident,
@@ -38,7 +40,7 @@ _UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal erro
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
     """Non-zero exits torchrun recorded, its own "Root Cause" first, then the earliest."""
-    rows = [r for r in exit_rows(events) if r["exitcode"]]
+    rows = [r for r in exit_rows(events) if r["exitcode"] or r["torchrun_root"]]
     return sorted(rows, key=lambda r: (not r["torchrun_root"], r["ts"] is None, r["ts"] or datetime.min, r["line"]))
 
 
@@ -170,9 +172,10 @@ def build_verdict(
         first = failed[0]
         rank = first["grank"]
         where = f"rank {rank}" if rank is not None else "a rank"
+        how = f"exited with code {first['exitcode']}" if first["exitcode"] else "failed first (torchrun's root cause)"
         return Verdict(
             category="unknown",
-            title=f"{where} exited with code {first['exitcode']} but its error is not in these logs",
+            title=f"{where} {how} but its error is not in these logs",
             rank=rank,
             ranks=tuple(sorted({r["grank"] for r in failed if r["grank"] is not None})),
             host=first["host"],
@@ -204,8 +207,9 @@ def build_verdict(
         # A traceback began but its exception line is not in the logs (a paste cut short): a failure, not "ok".
         row = cut.sort("line").row(0, named=True)
         where = f"rank {row['grank']}" if row["grank"] is not None else "a process"
+        phase = json.loads(row["fields"] or "{}").get("phase") or None
         return Verdict(
-            category="unknown",
+            category=PHASE_CATEGORY.get(phase or "", "unknown"),  # the frames show what it was doing
             title=f"{where} raised an exception whose last line is not in these logs",
             rank=row["grank"],
             ranks=tuple(sorted({r for r in cut.get_column("grank").to_list() if r is not None})),

@@ -84,6 +84,16 @@ def _checks_arguments(frame: Frame) -> bool:
     return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
 
 
+_DATA_MODULE = regex.compile(r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:data|datasets?)(?:_\w+)?\.py")
+
+
+def _is_data_module(path: str) -> bool:
+    """The innermost frame in a project's data package or data module (`llamafactory/data/aligner.py`,
+    `train/dataset.py`): an error raised while reading or converting samples. Site-packages `datasets/`
+    (Hugging Face's library) counts too."""
+    return _DATA_MODULE.search(path.replace("\\", "/")) is not None
+
+
 def phase_of(frames: tuple[Frame, ...]) -> str | None:
     """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init."""
     funcs = {f.func for f in frames}
@@ -102,7 +112,11 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
         return "checkpoint_save"
     if frames and _checks_arguments(frames[-1]):
         return "arguments"
-    if "torch/utils/data/" in paths or "torchvision/datasets/" in paths:
+    if (
+        "torch/utils/data/" in paths
+        or "torchvision/datasets/" in paths
+        or (frames and _is_data_module(frames[-1].path))
+    ):
         return "data_loading"
     if funcs & set(_BACKWARD) or "torch/autograd/" in paths:
         return "backward"
@@ -241,6 +255,35 @@ def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> lis
             break  # left the block
     flush()
     return records
+
+
+_PROCESS_NAME = regex.compile(
+    r"\s*Process name:\s*(?:\[\[\d+,\d+\],(?P<rank>\d+)\]|(?P<host>[\w.-]+)\[(?P<local>\d+)\])\s*"
+)
+_PROCESS_EXIT = regex.compile(r"\s*Exit code:\s*(?P<code>-?\d+)\s*")
+_SHELL_SIGNAL_BASE = 128  # a shell or launcher reports a process killed by signal N as exit code 128 + N
+
+
+def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -> ExitRecord | None:
+    """mpirun's / horovodrun's "The first process to do so was:" with the process name and exit code
+    on the lines after it: `Process name: [[50371,1],0]` (job, step, MPI rank) or `worker-1[0]` (host,
+    local index)."""
+    rank = code = None
+    host = None
+    for number, _, text in _window(data, start, prefix, line_no):
+        if number - line_no > 6:
+            break
+        if (m := _PROCESS_NAME.fullmatch(text)) is not None:
+            # `host[index]` names a slot on a host, not a global rank: only the host is kept
+            rank = int(m["rank"]) if m["rank"] else None
+            host = m["host"]
+        elif (m := _PROCESS_EXIT.fullmatch(text)) is not None:
+            code = int(m["code"])
+            break
+    if code is None or (rank is None and host is None):
+        return None
+    signal = SIGNAL_NAMES.get(code - _SHELL_SIGNAL_BASE) if code > _SHELL_SIGNAL_BASE else None
+    return ExitRecord(line_no, rank, None, host, code, signal, None, True, end_line=number)
 
 
 def _record(fields: dict[str, str], line: int, in_root: bool) -> ExitRecord:

@@ -27,6 +27,11 @@ KNOWN_GAPS: dict[str, str] = {
         "'exits with return code = -9' on the second; lines are matched one at a time, so the exit is found "
         "(killed) but not its rank"
     ),
+    "public-llamafactory-sharegpt-role-keyerror-wrapped-rank0": (
+        "the terminal wrapped the paste at 88 columns, splitting a frame line ('line 15' / '3, in convert_sharegpt') "
+        "and its code line; frames are read one physical line at a time, so the traceback is not rebuilt and the "
+        "KeyError is reported as plain code instead of a data-conversion error"
+    ),
     "public-megatron-swift-reversed-summary-sigabrt-rank19": (
         "torchrun's failure summary pasted upside down (fields before their '[0]:' header, the ChildFailedError line "
         "last); the summary parser reads a block top-down from its header, so rank 19's exitcode -6 is not read"
