@@ -388,11 +388,32 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
             i.first.line,
         ),
     )
-    return _explained_by(chosen, roots) or chosen
+    return _explained_by(chosen, roots) or _kernel_assert(chosen, roots) or chosen
 
 
 _UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
 _EXPLAIN_LINES = 40  # the exception line ends a traceback of up to a few dozen lines
+
+
+_KERNEL_ASSERT = regex.compile(r"Assertion `.+` failed")
+
+
+def _kernel_assert(chosen: Incident, roots: list[Incident]) -> Incident | None:
+    """"CUDA error: device-side assert triggered" is CUDA reporting, asynchronously, a kernel's failed
+    assertion; the kernel's own line (`Loss.cu:245: ... Assertion `t >= 0 && t < n_classes` failed.`) from
+    the same rank says what failed."""
+    first = chosen.first
+    if "device-side assert triggered" not in first.text:
+        return None
+    asserts = [
+        i
+        for i in roots
+        if i is not chosen
+        and i.first.category == first.category
+        and _KERNEL_ASSERT.search(i.first.text)
+        and (i.first.rank is None or first.rank is None or i.first.rank == first.rank)
+    ]
+    return min(asserts, key=lambda i: (i.first.file, i.first.line), default=None)
 
 
 def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:

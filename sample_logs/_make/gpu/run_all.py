@@ -80,6 +80,14 @@ SCENARIOS = {
                             {}, []),
     "data-shard-missing": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_file": "{job}/staged/shard-00004.bin"}}}),
                            {}, []),
+    # batch 4 (device run 4)
+    "collective-mismatch": ("rest", dict(eval_every=4, plan={"1": {FAIL_STEP: {"val_batches": 0}}}),
+                            {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, []),
+    "monitored-barrier": ("rest", dict(barrier_every=4, plan={"1": {"3": {"wait_after": "{job}/upload-3.done"}}}),
+                          {}, []),
+    "two-nodes-shape": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}}), {}, "two-nodes"),
+    "gather-out-of-bounds": ("rest", dict(unchecked_embedding=True, plan={"1": {FAIL_STEP: {"token_offset": 2**30}}}),
+                       {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -88,7 +96,7 @@ TERMINATE_AFTER = {"external-sigterm": 40}
 
 GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forward-fragmented",
             "oom-forward-hang", "invalid-address-space",
-            "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu"}
+            "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds"}
 
 
 def resolve(value, profile, job):
@@ -107,6 +115,54 @@ def resolve(value, profile, job):
     return value
 
 
+class NodePair:
+    """Two torchrun agents (one per simulated node) driven as one job: done when both are done."""
+
+    def __init__(self, procs):
+        self.procs = procs
+        self.pid = procs[0].pid
+
+    def poll(self):
+        codes = [p.poll() for p in self.procs]
+        return None if any(c is None for c in codes) else max(codes, key=abs)
+
+    @property
+    def returncode(self):
+        return self.poll()
+
+    def wait(self):
+        for p in self.procs:
+            p.wait()
+
+    def signal(self, sig):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, sig)
+
+
+def launch_two_nodes(name, index, args, job, cfg_env):
+    """`--nnodes=2 --nproc-per-node=1`, static rendezvous, one log dir and one console per node; node 1
+    on the second GPU."""
+    port = 29500 + 10 * index
+    procs, files, cmds = [], [], []
+    for node in (0, 1):
+        node_dir = job / f"node{node}"
+        node_dir.mkdir()
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+               f"--node-rank={node}", "--master-addr=127.0.0.1", f"--master-port={port}",
+               "--log-dir", str(node_dir / "torchrun-logs"), "--redirects", "3", "--tee", "3",
+               str(Path(args.work) / "app" / "train.py")]
+        env = dict(cfg_env)
+        if args.profile == "gpu":
+            env["CUDA_VISIBLE_DEVICES"] = str(node)
+        out, err = open(node_dir / "launcher.out", "w"), open(node_dir / "launcher.err", "w")
+        procs.append(subprocess.Popen(cmd, cwd=node_dir, env=env, stdout=out, stderr=err, start_new_session=True))
+        files += [out, err]
+        cmds.append(cmd)
+    return dict(name=name, job=job, proc=NodePair(procs), start=time.time(), cmd=cmds, files=tuple(files),
+                nodes=True)
+
+
 def launch(name, index, args):
     group, overrides, extra_env, extra_args = SCENARIOS[name]
     job = Path(args.work) / f"job{index:02d}"
@@ -115,6 +171,10 @@ def launch(name, index, args):
     cfg = dict(PROFILES[args.profile], steps=8, log_every=1, pg_timeout_s=30)
     cfg.update(resolve(copy.deepcopy(overrides), args.profile, job))
     (job / "config.json").write_text(json.dumps(cfg, indent=1))
+    if extra_args == "two-nodes":
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_CONFIG=str(job / "config.json"), **SAFE_ENV)
+        env.update(extra_env)
+        return launch_two_nodes(name, index, args, job, env)
     port = 29500 + 10 * index
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
     if extra_args == "rdzv-c10d":
@@ -141,10 +201,13 @@ def finish(run, args, killed):
     dest = Path(args.results) / f"gpu-{run['name']}"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    for item in ("launcher.out", "launcher.err"):
-        shutil.copy2(run["job"] / item, dest / item)
-    if (run["job"] / "torchrun-logs").exists():
-        shutil.copytree(run["job"] / "torchrun-logs", dest / "torchrun-logs", symlinks=True)
+    for source in ([run["job"] / "node0", run["job"] / "node1"] if run.get("nodes") else [run["job"]]):
+        target = dest / source.name if run.get("nodes") else dest
+        target.mkdir(parents=True, exist_ok=True)
+        for item in ("launcher.out", "launcher.err"):
+            shutil.copy2(source / item, target / item)
+        if (source / "torchrun-logs").exists():
+            shutil.copytree(source / "torchrun-logs", target / "torchrun-logs", symlinks=True)
     meta = Path(args.results) / "_meta"
     meta.mkdir(exist_ok=True)
     (meta / f"{run['name']}.json").write_text(json.dumps(dict(
@@ -167,7 +230,10 @@ def wait_all(runs, args):
                     run["terminated"] = True
                 if time.time() - run["start"] < args.job_timeout:
                     continue
-                os.killpg(run["proc"].pid, signal.SIGKILL)
+                if isinstance(run["proc"], NodePair):
+                    run["proc"].signal(signal.SIGKILL)
+                else:
+                    os.killpg(run["proc"].pid, signal.SIGKILL)
                 run["proc"].wait()
                 killed = True
             finish(run, args, killed)

@@ -68,9 +68,10 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab, dim, heads, layers, softcap=None, fused_embedding=False):
+    def __init__(self, vocab, dim, heads, layers, softcap=None, fused_embedding=False, unchecked_embedding=False):
         super().__init__()
         self.fused_embedding = fused_embedding
+        self.unchecked_embedding = unchecked_embedding
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, heads, softcap) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
@@ -79,6 +80,8 @@ class TinyGPT(nn.Module):
     def forward(self, tokens):
         if self.fused_embedding and tokens.is_cuda:
             x = FusedEmbedding.apply(tokens, self.embed.weight)
+        elif self.unchecked_embedding and tokens.is_cuda:  # a gather without bounds checks
+            x = torch.ops.aten._unsafe_index(self.embed.weight, [tokens])
         else:
             x = self.embed(tokens)
         for block in self.blocks:
@@ -192,6 +195,8 @@ def get_batch(cfg, rank, step, device):
         buf = raw.view(torch.int32).to(torch.int64)
     tokens = buf[:-1].view(mb, seq)
     labels = buf[1:].view(mb, seq).clone()
+    if plan.get("token_offset"):  # token ids from a shard written with a different tokenizer offset
+        tokens = tokens + plan["token_offset"]
     pad = plan.get("pad", 0)
     if pad:
         labels[:, -pad:] = cfg.get("pad_id", -100)
@@ -263,7 +268,7 @@ def main():
                   flush=True)
 
     model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
-                    cfg.get("fused_embedding", False)).to(device)
+                    cfg.get("fused_embedding", False), cfg.get("unchecked_embedding", False)).to(device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
     if rank == 0:
@@ -279,11 +284,15 @@ def main():
 
         wandb.init(project=cfg.get("project", "tinygpt"), config=cfg)
 
+    # a gloo group for monitored_barrier, which NCCL does not implement
+    barrier_group = dist.new_group(backend="gloo") if cfg.get("barrier_every") else None
     t0 = time.time()
     for step in range(1, cfg["steps"] + 1):
         if plan_for(cfg, rank, step).get("out_of_data"):  # this rank's shard list is shorter
             print(f"rank {rank}: no more shards after step {step - 1}, stopping", flush=True)
             return
+        if barrier_group is not None and step % cfg["barrier_every"] == 0:
+            dist.monitored_barrier(group=barrier_group, timeout=timedelta(seconds=cfg.get("barrier_timeout_s", 20)))
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, rank, step)
         tokens, labels = get_batch(cfg, rank, step, device)
@@ -305,6 +314,9 @@ def main():
         if rank == 0 and step % cfg.get("log_every", 1) == 0:
             print(f"step {step} | loss {loss_value:.4f} | {time.time() - t0:.1f}s", flush=True)
         time.sleep(cfg.get("step_sleep", 0))
+        stage = plan_for(cfg, rank, step).get("wait_after")
+        while stage and not os.path.exists(stage):  # e.g. an end-of-step upload that never finishes
+            time.sleep(0.5)
 
     if writer is not None:
         writer.close()
