@@ -115,8 +115,23 @@ def _hang_details(hang: HangAnalysis) -> dict[str, Any]:
     return {"hang": {"suspects": list(hang.suspects), "reason": hang.reason, "table": list(hang.table)}}
 
 
+def early_exit_fixes() -> list[Fix]:
+    """A rank that finished or returned while the others still ran collectives."""
+    return [
+        Fix(
+            "Make every rank run the same number of steps and collectives: shard the data evenly "
+            "(DistributedSampler with drop_last=True, or pad the last shard), and keep rank-dependent "
+            "early exits or skipped evaluations out of code that others reach with a collective."
+        ),
+        Fix(
+            "For uneven inputs on purpose, wrap the loop in torch.distributed.algorithms.Join "
+            "(DDP supports it) so finished ranks shadow the collectives of the others."
+        ),
+    ]
+
+
 def _hang_fixes(hang: HangAnalysis) -> list[Fix]:
-    fixes = []
+    fixes = early_exit_fixes() if hang.subcategory == "early_exit" else []
     if hang.suspects:
         ranks = ", ".join(map(str, hang.suspects))
         fixes.append(Fix(f"Inspect rank(s) {ranks} first: {hang.reason}."))

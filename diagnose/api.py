@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnose import __version__
-from diagnose.advise import advise, run_config
+from diagnose.advise import advise, early_exit_fixes, run_config
 from diagnose.decide import (
     build_candidates,
     choose_root,
@@ -88,6 +88,8 @@ def analyze(
     # The world size Megatron printed, else the ranks the logs show (global ranks are 0..WORLD_SIZE-1).
     world = int(config["world_size"]) if config.get("world_size", "").isdigit() else (len(expected) or None)
     details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [], world)
+    if verdict.subcategory == "early_exit" and not fixes:
+        fixes = early_exit_fixes()
     if config:
         details = {**details, "config": config}
     inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, _summarise_warnings(warnings + ingested.warnings))

@@ -399,7 +399,7 @@ _KERNEL_ASSERT = regex.compile(r"Assertion `.+` failed")
 
 
 def _kernel_assert(chosen: Incident, roots: list[Incident]) -> Incident | None:
-    """"CUDA error: device-side assert triggered" is CUDA reporting, asynchronously, a kernel's failed
+    """ "CUDA error: device-side assert triggered" is CUDA reporting, asynchronously, a kernel's failed
     assertion; the kernel's own line (`Loss.cu:245: ... Assertion `t >= 0 && t < n_classes` failed.`) from
     the same rank says what failed."""
     first = chosen.first
