@@ -59,7 +59,7 @@ SCHEMA: dict[str, Any] = {
     "code_file": pl.Utf8,  # innermost user frame of a traceback
     "code_line": pl.Int64,
     "exitcode": pl.Int64,
-    "pid": pl.Int64,  # worker pid from torchrun's summary: ties "Sending process N closing signal" to a rank
+    "pid": pl.Int64,  # worker pid (torchrun's summary, NCCL's line header): ties launcher and NCCL lines to a rank
     "signal": pl.Utf8,
     "torchrun_root": pl.Boolean,
     "fields": pl.Utf8,  # JSON of the pattern's named groups
@@ -86,6 +86,7 @@ def _base_row(file: LogFile, display: str, line: int, prefix: Prefix) -> dict[st
         "run_dir": file.run_dir,
         "attempt": file.attempt,
         "stream": file.stream,
+        "pid": prefix.pid,
     }
 
 

@@ -18,7 +18,7 @@ _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 _RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
 _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
-_NCCL_HEADER = regex.compile(r"([\w.<>-]{1,63}):(\d+):\d+ \[(\d+)\] ")
+_NCCL_HEADER = regex.compile(r"([\w.<>-]{0,63}):(\d+):\d+ \[(\d+)\] ")  # host may be redacted to nothing
 # docker compose / SageMaker local mode: `gsb2fnng0z-algo-1-6pcq6 | msg`; SageMaker's toolkit quotes the
 # user's last error as `ErrorMessage "RuntimeError: ..."`
 _COMPOSE = regex.compile(r"([\w.-]{1,63}) +\| ")
@@ -43,6 +43,10 @@ _MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
 _STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?[,:]? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
+# mpirun --timestamp-output and other ctime() stamps: `Fri Aug 11 12:31:45 2023`, glued to the next prefix
+_CTIME = regex.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d \d{4}:? ?"
+)
 # a logging format with the rank as its first column: ParlAI's `rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | msg`
 _RANK_COLUMN = regex.compile(r"rank:\s{0,3}(\d{1,7}) \| ")
 _LEVEL_COLUMN = regex.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \| ")
@@ -65,6 +69,7 @@ class Prefix:
     host: str | None = None
     level: str | None = None
     time: str | None = None
+    pid: int | None = None  # from NCCL's `host:pid:tid [dev]` header: ties WARN lines to a process
 
     @property
     def stream_key(self) -> tuple[object, ...]:
@@ -87,7 +92,7 @@ def _looks_like_host(token: str) -> bool:
 
 def split_prefix(line: str) -> tuple[Prefix, str]:
     """Return the identity the line's prefixes carry and the text behind them."""
-    rank = local_rank = task = None
+    rank = local_rank = task = pid = None
     host = level = time = None
     pos = 0
     for _ in range(_MAX_STACK):
@@ -104,7 +109,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
         elif (m := _GLOG.match(line, pos)) is not None:
             level, time = line[pos : pos + 2].strip("[")[:1], m.group(0)
         elif (m := _NCCL_HEADER.match(line, pos)) is not None:
-            host = host or m.group(1)
+            host, pid = host or m.group(1) or None, int(m.group(2))
         elif pos == 0 and (m := _COMPOSE.match(line, pos)) is not None and _looks_like_host(m.group(1)):
             host = m.group(1)
         elif (m := _SAGEMAKER_QUOTE.match(line, pos)) is not None:
@@ -127,7 +132,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0)[:1]
         elif (m := _MPI_TAG.match(line, pos)) is not None:
             rank, host = int(m.group(1)), host or m.group(2)
-        elif (m := _STAMP.match(line, pos)) is not None:
+        elif (m := _CTIME.match(line, pos)) is not None or (m := _STAMP.match(line, pos)) is not None:
             time = time or m.group(0)
         elif (m := _LEVEL.match(line, pos)) is not None:
             level = level or m.group(0).strip()[:1]
@@ -144,7 +149,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
         pos = max(pos, 1)
     if pos == 0:
         return EMPTY, line
-    return Prefix(rank, local_rank, task, host, level, time), text
+    return Prefix(rank, local_rank, task, host, level, time, pid), text
 
 
 def strip_prefix(line: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 Census = set[tuple[int | None, int | None, int | None]]
+_TYPICAL_NODE = 8
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,10 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
         .height
         > 0
     )
-    single = not host_scoped and len(nodes) <= 1 and (per_node is None or not ranks_seen or max(ranks_seen) < per_node)
+    # Local ranks seen bound the node size from below; seeing only local rank 0 says nothing, so a global rank
+    # up to a typical 8-GPU node does not by itself mean a second node.
+    node_size = per_node if per_node is not None and per_node > 1 else _TYPICAL_NODE
+    single = not host_scoped and len(nodes) <= 1 and (per_node is None or not ranks_seen or max(ranks_seen) < node_size)
     return RankMap(stream, tuple(sorted(nodes, key=str)), per_node, single, _task_is_rank(events, census, per_node))
 
 
@@ -117,7 +121,41 @@ def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, R
     frame = events.with_columns(
         pl.Series("grank", resolved, dtype=pl.Int64), pl.Series("rank_inferred", inferred, dtype=pl.Boolean)
     )
-    return _ranks_by_pid(frame), mapping
+    return _ranks_by_nccl_comm(_ranks_by_pid(frame)), mapping
+
+
+def _ranks_by_nccl_comm(frame: pl.DataFrame) -> pl.DataFrame:
+    """NCCL_DEBUG=INFO's `host:pid:tid [dev] NCCL INFO comm 0x.. rank R nranks N` names each process's rank;
+    in the job-wide communicator (the largest N) that is the global rank, which then belongs to every
+    line of that host:pid (the WARN lines NCCL prints without a rank)."""
+    with_pid = frame.filter(pl.col("pid").is_not_null() & (pl.col("kind") == "pattern"))
+    if with_pid.is_empty():
+        return frame
+    owners: dict[tuple[str | None, int], set[int]] = {}
+    comms = with_pid.filter(pl.col("pattern") == "nccl-comm-init-rank")
+    if not comms.is_empty():
+        fields = comms.get_column("fields").str.json_decode()
+        comms = comms.with_columns(
+            fields.struct.field("nccl_rank").cast(pl.Int64, strict=False).alias("nccl_rank"),
+            fields.struct.field("nranks").cast(pl.Int64, strict=False).alias("nranks"),
+        )
+        world = comms.get_column("nranks").max()
+        for row in comms.filter(pl.col("nranks") == world).iter_rows(named=True):
+            owners.setdefault((row["host"], row["pid"]), set()).add(row["nccl_rank"])
+    # a line of the process that named its own rank (`[Proxy Service 1] ... from rank 1`)
+    named = with_pid.filter(pl.col("grank").is_not_null() & (pl.col("pattern") != "nccl-comm-init-rank"))
+    for row in named.select("host", "pid", "grank").iter_rows(named=True):
+        owners.setdefault((row["host"], row["pid"]), set()).add(row["grank"])
+    known = {key: ranks.pop() for key, ranks in owners.items() if len(ranks) == 1}
+    if not known:
+        return frame
+    by_process = [
+        known.get((host, pid)) if pid is not None else None
+        for host, pid in zip(frame.get_column("host").to_list(), frame.get_column("pid").to_list(), strict=True)
+    ]
+    return frame.with_columns(
+        pl.coalesce(pl.col("grank"), pl.Series("by_process", by_process, dtype=pl.Int64)).alias("grank")
+    )
 
 
 def _ranks_by_pid(frame: pl.DataFrame) -> pl.DataFrame:

@@ -32,7 +32,7 @@ from diagnose.tracebacks import SIGNAL_NAMES
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
-_NEAR_LINES = 10
+_NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
 _PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-remote-error"})
 _UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
@@ -120,7 +120,9 @@ def build_verdict(
             or "Every failing rank only timed out waiting for a collective; no rank raised an error of its own.",
         )
     symptoms = [c for c in candidates if c.role == "symptom" and c.category != "killed"]
-    if symptoms:
+    failed = _failed_exits(events)
+    quiet_failure = _quiet_failure(failed, candidates)
+    if symptoms and quiet_failure is None:
         # The most telling symptom (a named desync or a peer that closed its socket beats generic teardown).
         first = min(symptoms, key=lambda c: (-c.priority, c.ts is None, c.ts or datetime.min, c.file, c.line))
         if len(left) == 1 and first.pattern is not None and first.pattern.id in _PEER_GONE:
@@ -152,7 +154,6 @@ def build_verdict(
             explanation=(first.pattern.explanation if first.pattern else "")
             or "Only consequences of a failure were found; the failing rank's own log may be missing.",
         )
-    failed = _failed_exits(events)
     stopped = _launcher_signalled(candidates)
     if stopped is not None and all(r["signal"] in TEARDOWN_SIGNALS for r in failed):
         signal = _signal_name(stopped.fields.get("received") or stopped.fields.get("signum") or "")
@@ -224,6 +225,23 @@ def build_verdict(
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
 
 
+def _quiet_failure(failed: list[dict[str, object]], candidates: list[Candidate]) -> dict[str, object] | None:
+    """The launcher's first failure, when that rank exited with an error code of its own and printed nothing
+    here: the others' peer-closed lines only repeat that it died, so the report names it instead."""
+    if not failed:
+        return None
+    first = failed[0]
+    code, rank = first["exitcode"], first["grank"]
+    if not isinstance(code, int) or code <= 0 or rank is None:
+        return None
+    own = [
+        c
+        for c in candidates
+        if c.rank == rank and c.role != "context" and c.pattern is not None and c.subcategory != "teardown"
+    ]
+    return None if own else first
+
+
 def _launcher_signalled(candidates: list[Candidate]) -> Candidate | None:
     """torchrun's agent saying a signal reached IT (not a worker): the job was stopped from outside."""
     received = [
@@ -251,9 +269,10 @@ def _local_only(candidate: Candidate) -> str:
 
 
 def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
-    """NCCL's WARN lines carry host, pid and device but no rank; the traceback the same process prints
-    right after them (`[rank9]: Traceback ...`, often cut off in a paste) does."""
-    if first.from_traceback or first.category != "nccl":
+    """NCCL's WARN lines (NCCL failures, and its own CUDA out-of-memory) carry host, pid and device but no
+    rank; the traceback the same process prints right after them (`[rank9]: Traceback ...`, often cut off in
+    a paste) does."""
+    if first.from_traceback or "WARN" not in first.text:
         return []
     after = events.filter(
         (pl.col("kind") == "traceback")

@@ -214,6 +214,8 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
         exc_type = _exception_type(stripped)
         if exc_type is None:
             break  # not an exception line: the traceback was cut off or is not one
+        # another process's header glued to the end of this line (unbuffered writers sharing a pipe)
+        stripped = stripped.split("Traceback (most recent call last)", 1)[0].rstrip() or stripped
         return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type)
     return Traceback(line_no, None, prefix, tuple(frames), None, None)
 
