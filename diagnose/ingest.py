@@ -186,16 +186,18 @@ def _headless_tracebacks(
 def _cut_tail_traceback(file: LogFile, display: str, data: bytes, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A paste that ends inside a traceback's frames, with neither its header nor its exception line: the
     frames still say where it failed (loading a checkpoint, in the data loader) and whose it was."""
-    tail = data.rstrip()
-    if not tail:
+    end = len(data)
+    while end and data[end - 1 : end].isspace():  # no copy of the file: walk back over trailing blanks
+        end -= 1
+    if not end:
         return []
-    last_start = tail.rfind(b"\n") + 1
-    prefix, text = split_prefix(tail[last_start:].decode("utf-8", "replace").rstrip("\r"))
+    last_start = data.rfind(b"\n", 0, end) + 1
+    prefix, text = split_prefix(data[last_start:end].decode("utf-8", "replace").rstrip("\r"))
     if not text[:1].isspace():
         return []  # a paste cut inside a traceback ends on an indented frame or code line
-    line_no = tail.count(b"\n") + 2  # the exception line that never came
-    buf = data if len(tail) < len(data) else data + b"\n"  # the walk back reads whole lines
-    tb = frames_above(buf, len(tail) + 1, line_no, prefix)
+    line_no = data.count(b"\n", 0, end) + 2  # the exception line that never came
+    buf = data if end < len(data) else data + b"\n"  # the walk back reads whole lines
+    tb = frames_above(buf, end + 1, line_no, prefix)
     if tb is None or any(
         r["kind"] == "traceback" and r["line"] <= tb.start_line <= (r["exception_line"] or r["line"]) for r in rows
     ):
