@@ -365,7 +365,7 @@ def group_incidents(candidates: list[Candidate]) -> list[Incident]:
 
 def choose_root(incidents: list[Incident]) -> Incident | None:
     """Earliest root incident; ties (or no clock) go to the more specific signature, then file order."""
-    roots = [i for i in incidents if i.first.role == "root"]
+    roots = all_roots = [i for i in incidents if i.first.role == "root"]
     if not roots:
         return None
     timed = [i for i in roots if i.ts is not None]
@@ -388,7 +388,27 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
             i.first.line,
         ),
     )
-    return _explained_by(chosen, roots) or _kernel_assert(chosen, roots) or chosen
+    return (
+        _explained_by(chosen, roots) or _kernel_assert(chosen, roots) or _why_worker_died(chosen, all_roots) or chosen
+    )
+
+
+_UNEXPLAINED_DEATHS = ("ray-worker-died",)
+
+
+def _why_worker_died(chosen: Incident, roots: list[Incident]) -> Incident | None:
+    """Ray reports that a worker died "by an unexpected system error" without saying why; an error of its
+    own in the logs (vLLM's illegal memory access, an OOM) is why, even when printed after the report."""
+    if chosen.first.pattern is None or chosen.first.pattern.id not in _UNEXPLAINED_DEATHS:
+        return None
+    causes = [
+        i for i in roots if i is not chosen and i.first.category != "killed" and i.first.priority >= GENERIC_PRIORITY
+    ]
+    return min(causes, key=_order_key_of, default=None)
+
+
+def _order_key_of(incident: Incident) -> tuple[Any, ...]:
+    return _order_key(incident.first)
 
 
 _UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")

@@ -43,6 +43,8 @@ _MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
 _STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?[,:]? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
+# Ray's C++ log lines: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: msg`
+_RAY_CPP = regex.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ([DIWEF]) \d+ \d+\] [\w./-]+:\d+: ")
 # mpirun --timestamp-output and other ctime() stamps: `Fri Aug 11 12:31:45 2023`, glued to the next prefix
 _CTIME = regex.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d \d{4}:? ?"
@@ -132,6 +134,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0)[:1]
         elif (m := _MPI_TAG.match(line, pos)) is not None:
             rank, host = int(m.group(1)), host or m.group(2)
+        elif (m := _RAY_CPP.match(line, pos)) is not None:
+            level, time = level or m.group(1), time or m.group(0)
         elif (m := _CTIME.match(line, pos)) is not None or (m := _STAMP.match(line, pos)) is not None:
             time = time or m.group(0)
         elif (m := _LEVEL.match(line, pos)) is not None:
