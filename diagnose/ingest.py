@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,26 @@ def _field_rank(fields: dict[str, str], text: str) -> int | None:
     if found is None or (found.group(1) not in (None, "0")):
         return None  # a rank inside a sub-group (PG ID 13 ... Rank 0) is not the global rank
     return int(found.group(2))
+
+
+def _with_wrapped_head(hit: Hit, data: bytes, scanner: Scanner) -> Hit:
+    """A long line the terminal wrapped before it was pasted: the hit is its tail, and the line above holds
+    the head (DeepSpeed's `sigkill_handler] [... '--local_rank=7', ...` / `...] exits with return code = -9`).
+    When the two joined match a signature with more of its fields, the hit takes those fields."""
+    head_start = data.rfind(b"\n", 0, max(hit.start - 1, 0)) + 1
+    head = data[head_start : hit.start - 1].decode("utf-8", "replace").rstrip("\r")
+    if not head.strip() or len(head) > MAX_TEXT:
+        return hit
+    head_prefix, head_text = split_prefix(head)
+    joined = head_text + hit.text
+    better = []
+    for pattern_id, fields in hit.fields:
+        pattern = scanner.patterns.get(pattern_id)
+        found = pattern.fields(joined) if pattern is not None else None
+        better.append((pattern_id, found if found is not None and len(found) > len(fields) else fields))
+    if better == list(hit.fields):
+        return hit
+    return replace(hit, fields=tuple(better), prefix=head_prefix)
 
 
 def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict[str, Any]]:
@@ -271,6 +291,8 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     parsed_until: dict[tuple[object, ...], int] = {}
     hits = scanner.scan(data)
     for hit in hits:
+        if hit.prefix == EMPTY and hit.start:
+            hit = _with_wrapped_head(hit, data, scanner)
         rows.extend(_pattern_rows(file, display, hit, year))
         if "traceback" in hit.pattern_ids:
             rows.extend(_traceback_rows(file, display, data, hit))

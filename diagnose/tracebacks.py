@@ -361,7 +361,11 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     first = line_no
     for offset, raw in enumerate(reversed(head[-WINDOW_LINES:]), start=1):
         line_prefix, text = split_prefix(raw.rstrip("\r"))
-        if line_prefix.stream_key != prefix.stream_key or not text.strip():
+        if not text.strip():
+            break
+        if line_prefix.stream_key != prefix.stream_key:
+            if line_prefix == EMPTY and prefix != EMPTY:
+                continue  # the rest of the writer's line above, wrapped by the terminal it was pasted from
             break
         if text.strip().startswith("Traceback (most recent call last)"):
             return None  # a real header: the forward parser owns this traceback

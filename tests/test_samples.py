@@ -22,16 +22,6 @@ CASES = sorted(p.parent for p in SAMPLES.glob("*/expected.toml"))
 
 # Samples the engine does not get right yet, with why. Remove an entry once it passes (strict xfail).
 KNOWN_GAPS: dict[str, str] = {
-    "public-llava-deepspeed-launcher-exit-9-local-rank7": (
-        "the paste wraps DeepSpeed's one-line exit report onto two physical lines: '--local_rank=7' is on the first, "
-        "'exits with return code = -9' on the second; lines are matched one at a time, so the exit is found "
-        "(killed) but not its rank"
-    ),
-    "public-llamafactory-sharegpt-role-keyerror-wrapped-rank0": (
-        "the terminal wrapped the paste at 88 columns, splitting a frame line ('line 15' / '3, in convert_sharegpt') "
-        "and its code line; frames are read one physical line at a time, so the traceback is not rebuilt and the "
-        "KeyError is reported as plain code instead of a data-conversion error"
-    ),
     "public-tacotron2-multiproc-log-dir-missing-rank0-left-waiting": (
         "a FileNotFoundError for a log file the launcher opens for writing (its code line is `\"w\")`): the missing "
         "directory is an output path the user must create (config), but the message alone reads like any missing "
