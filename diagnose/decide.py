@@ -218,6 +218,7 @@ PHASE_CATEGORY = {
     "checkpoint_save": "checkpoint",
     "data_loading": "data",
     "arguments": "config",
+    "output_path": "config",
 }
 # Programming errors stay code wherever they are raised: a class without the attribute, a name never
 # defined is a bug in the caller, not bad data or a bad checkpoint. (An attribute of None is different:

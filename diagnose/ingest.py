@@ -28,6 +28,8 @@ from diagnose.timestamps import from_epoch, parse_time
 from diagnose.tracebacks import (
     Traceback,
     frames_above,
+    frames_below,
+    output_phase,
     parse_error_json,
     parse_failures,
     parse_first_process,
@@ -156,7 +158,9 @@ def _fill_traceback(row: dict[str, Any], hit: Hit, tb: Traceback, exception_line
         exception_line=exception_line,
         code_file=frame.path if frame else None,
         code_line=frame.line if frame else None,
-        fields=json.dumps({"exc_type": tb.exc_type or "", "phase": phase_of(tb.frames) or ""}),
+        fields=json.dumps(
+            {"exc_type": tb.exc_type or "", "phase": output_phase(tb.exc_type, tb.source) or phase_of(tb.frames) or ""}
+        ),
     )
     return row
 
@@ -196,7 +200,9 @@ def _headless_tracebacks(
     for hit in hits:
         if hit.line_no in owned or "python-exception" not in hit.pattern_ids or hit.text[:1].isspace():
             continue
-        tb = frames_above(data, hit.start, hit.line_no, hit.prefix)
+        tb = frames_above(data, hit.start, hit.line_no, hit.prefix) or frames_below(
+            data, hit.start, hit.line_no, hit.prefix
+        )
         if tb is None:
             continue
         out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit, tb, hit.line_no))

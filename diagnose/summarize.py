@@ -32,6 +32,7 @@ from diagnose.tracebacks import SIGNAL_NAMES
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
+_DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
 _PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-remote-error"})
@@ -53,7 +54,12 @@ def build_verdict(
 ) -> Verdict:
     if root is not None:
         first = root.first
-        ranks = root.ranks or infer_rank_from_context(root, candidates) or _traceback_owner_after(first, events)
+        ranks = (
+            root.ranks
+            or infer_rank_from_context(root, candidates)
+            or _traceback_owner_after(first, events)
+            or _rank_of_detail(first, candidates)
+        )
         printed_once = len({(c.file, c.line) for c in root.candidates}) == 1
         if not ranks and (printed_once or first.category not in _EVERY_PROCESS_FAILS):
             # The one rank the launcher saw fail is the writer of an error printed once, and the best
@@ -281,6 +287,22 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     )
     owners = set(after.get_column("grank").drop_nulls().to_list())
     return sorted(owners) if len(owners) == 1 else []
+
+
+def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:
+    """The detail printed with an exception ("Last error: Duplicate GPU detected : rank 9 and rank 1 ...")
+    may name the rank that the exception line itself does not."""
+    near = {
+        c.rank
+        for c in candidates
+        if c.rank is not None
+        and c.role == "root"
+        and c.file == first.file
+        and abs(c.line - first.line) <= _DETAIL_LINES
+        and c.pattern is not None
+        and c.pattern.priority >= first.priority
+    }
+    return sorted(near) if len(near) == 1 else []
 
 
 def _sole_failed_rank(events: pl.DataFrame) -> list[int]:

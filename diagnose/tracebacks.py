@@ -46,6 +46,7 @@ class Traceback:
     frames: tuple[Frame, ...]
     exception: str | None
     exc_type: str | None
+    source: str | None = None  # the code line printed under the innermost frame
 
     @property
     def user_frame(self) -> Frame | None:
@@ -92,6 +93,17 @@ def _is_data_module(path: str) -> bool:
     `train/dataset.py`): an error raised while reading or converting samples. Site-packages `datasets/`
     (Hugging Face's library) counts too."""
     return _DATA_MODULE.search(path.replace("\\", "/")) is not None
+
+
+_WRITE_MODE = regex.compile(r"""["'][wax]b?\+?["']""")
+
+
+def output_phase(exc_type: str | None, source: str | None) -> str | None:
+    """A missing directory while opening a file for writing (`open(path, "w")`): an output path the run
+    was configured with but nobody created."""
+    if source and exc_type and exc_type.rsplit(".", 1)[-1] in ("FileNotFoundError", "NotADirectoryError"):
+        return "output_path" if _WRITE_MODE.search(source) else None
+    return None
 
 
 def phase_of(frames: tuple[Frame, ...]) -> str | None:
@@ -188,6 +200,7 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
     rich = "╭" in first or "│" in first
     frames: list[Frame] = []
     base: int | None = None
+    source: str | None = None
     for number, line_prefix, text in lines:
         if prefix == EMPTY and line_prefix != EMPTY:
             prefix = line_prefix  # the header lost its prefix in the paste; the body says whose it is
@@ -206,6 +219,8 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
             frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
             continue
         elif _indent(text) > (base or 0) or stripped.startswith(("^", "~", "[Previous line repeated")):
+            if frames and not stripped.startswith(("^", "~", "[Previous line repeated")):
+                source = stripped
             continue
         if stripped.startswith("Traceback (most recent call last)"):
             break  # a new traceback before any exception line: this one was cut off
@@ -216,8 +231,8 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
             break  # not an exception line: the traceback was cut off or is not one
         # another process's header glued to the end of this line (unbuffered writers sharing a pipe)
         stripped = stripped.split("Traceback (most recent call last)", 1)[0].rstrip() or stripped
-        return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type)
-    return Traceback(line_no, None, prefix, tuple(frames), None, None)
+        return Traceback(line_no, number, prefix, tuple(frames), stripped, exc_type, source)
+    return Traceback(line_no, None, prefix, tuple(frames), None, None, source)
 
 
 def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> list[ExitRecord]:
@@ -236,6 +251,7 @@ def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> lis
         stripped = text.strip()
         if number == line_no and _FAILURE_FIELD.fullmatch(text):
             current_line = number  # a pasted tail of the block: it starts at a field, not at its `[N]:` header
+            current.update(_fields_above(data, start, prefix))  # the entry's other fields, above it
         if current_line and stripped and not stripped.startswith(("-----", "=====")):
             last_line = number
         if "Root Cause (first observed failure)" in stripped:
@@ -286,6 +302,20 @@ def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -
         return None
     signal = SIGNAL_NAMES.get(code - _SHELL_SIGNAL_BASE) if code > _SHELL_SIGNAL_BASE else None
     return ExitRecord(line_no, rank, None, host, code, signal, None, True, end_line=number)
+
+
+def _fields_above(data: bytes, start: int, prefix: Prefix) -> dict[str, str]:
+    """Field lines directly above a summary entry's first field line: the same entry's `time`/`host` when
+    the paste cut into it, or its `exitcode` when the block was pasted upside down."""
+    head = data[max(0, start - 2048) : start].decode("utf-8", "replace").split("\n")[:-1]
+    fields: dict[str, str] = {}
+    for raw in reversed(head[-6:]):
+        line_prefix, text = split_prefix(raw.rstrip("\r"))
+        m = _FAILURE_FIELD.fullmatch(text)
+        if m is None or line_prefix.stream_key != prefix.stream_key or m["key"] == "rank":
+            break
+        fields.setdefault(m["key"], m["value"].strip())
+    return fields
 
 
 def _record(fields: dict[str, str], line: int, in_root: bool) -> ExitRecord:
@@ -379,3 +409,31 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     stripped = data[start : data.find(b"\n", start)].decode("utf-8", "replace")
     exception = split_prefix(stripped)[1].strip()
     return Traceback(first, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))
+
+
+def frames_below(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback | None:
+    """A traceback pasted upside down: the exception line first, its frames (innermost first) below it.
+
+    Python never prints frames after an exception line without a new `Traceback` header, so two or more
+    frames right below it, with no header among them, are this exception's own stack read backwards.
+    """
+    frames: list[Frame] = []
+    last = line_no
+    for number, _, text in _window(data, start, prefix, line_no):
+        if number == line_no:
+            continue
+        stripped = text.strip()
+        if not stripped or stripped.startswith("Traceback (most recent call last)"):
+            break
+        if (m := _FRAME.fullmatch(text)) is not None:
+            frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
+            last = number
+        elif not frames and number - line_no > 2:
+            return None  # nothing frame-like right under the exception line
+        elif frames and number - last > 2:
+            break
+    if len(frames) < 2:
+        return None
+    raw = data[start : data.find(b"\n", start)].decode("utf-8", "replace")
+    exception = split_prefix(raw)[1].strip()
+    return Traceback(line_no, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))

@@ -21,22 +21,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 CASES = sorted(p.parent for p in SAMPLES.glob("*/expected.toml"))
 
 # Samples the engine does not get right yet, with why. Remove an entry once it passes (strict xfail).
-KNOWN_GAPS: dict[str, str] = {
-    "public-tacotron2-multiproc-log-dir-missing-rank0-left-waiting": (
-        "a FileNotFoundError for a log file the launcher opens for writing (its code line is `\"w\")`): the missing "
-        "directory is an output path the user must create (config), but the message alone reads like any missing "
-        "file, and the analyzer does not read source lines quoted in tracebacks"
-    ),
-    "public-verl-dapo-ref-fsdp-duplicate-gpu-reversed-rank9": (
-        "the traceback is pasted upside down (exception line above its frames, 'Last error:' detail first), so no "
-        "traceback is rebuilt and the higher-priority 'Duplicate GPU detected' line is quoted instead of the "
-        "DistBackendError it explains (category and rank are right)"
-    ),
-    "public-megatron-swift-reversed-summary-sigabrt-rank19": (
-        "torchrun's failure summary pasted upside down (fields before their '[0]:' header, the ChildFailedError line "
-        "last); the summary parser reads a block top-down from its header, so rank 19's exitcode -6 is not read"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _normalise(text: str | None) -> str:
