@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from diagnose.ranks import census_ranks, resolve_ranks
 from diagnose.scan import Scanner
 from diagnose.slurm import job_info
 from diagnose.summarize import build_evidence, build_symptoms, build_verdict, related_incidents
+
+_SLURM_OUTPUT = re.compile(r"slurm-\d+(?:_\d+)?\.(?:out|err)$")
 
 
 class NoLogsError(ValueError):
@@ -83,7 +86,7 @@ def analyze(
     launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
     hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
     left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
-    verdict = build_verdict(root, hang, candidates, events, left)
+    verdict = build_verdict(root, hang, candidates, events, left, excerpt=_is_excerpt(paths, found_files))
     config = run_config(candidates)
     # The world size Megatron printed, else the ranks the logs show (global ranks are 0..WORLD_SIZE-1).
     world = int(config["world_size"]) if config.get("world_size", "").isdigit() else (len(expected) or None)
@@ -112,6 +115,15 @@ def analyze(
             silent=tuple(silent),
         ),
     )
+
+
+def _is_excerpt(paths: list[str], files: tuple[LogFile, ...]) -> bool:
+    """A single log that is not one of a job's own files (a torchrun per-rank log, SLURM's slurm-N.out):
+    a paste, stdin, or an excerpt saved from an issue or a chat."""
+    if len(files) != 1:
+        return False
+    only = files[0]
+    return str(only.path) == "-" or (only.run_dir is None and not _SLURM_OUTPUT.match(only.path.name))
 
 
 def _summarise_warnings(warnings: tuple[str, ...]) -> tuple[str, ...]:

@@ -208,9 +208,15 @@ def _traceback_bodies(events: pl.DataFrame) -> dict[str, list[tuple[int, int]]]:
     return bodies
 
 
+_IPYTHON_SOURCE = regex.compile(r"\s+(?:-*>\s*)?\d+\s{2,}\S")
+
+
 def _is_source_line(text: str) -> bool:
-    """An indented `raise ...` is a traceback quoting source code, even when the Traceback header was cut off."""
-    return text[:1].isspace() and text.lstrip().startswith(("raise ", "return "))
+    """An indented `raise ...` is a traceback quoting source code, even when the Traceback header was cut off;
+    so is IPython's numbered listing (`    294     'Please set ...'`, `--> 295     raise ...`)."""
+    if not text[:1].isspace() and not text.startswith("-"):
+        return False
+    return text.lstrip().startswith(("raise ", "return ")) or _IPYTHON_SOURCE.match(text) is not None
 
 
 PHASE_CATEGORY = {

@@ -242,6 +242,31 @@ def _cut_tail_traceback(file: LogFile, display: str, data: bytes, rows: list[dic
     return [row]
 
 
+_PROCESS_RANK_PATTERNS = {"duplicate-global-rank": "global_rank", "elastic-worker-ranks": "global_ranks"}
+
+
+def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
+    """A log with no rank prefixes whose start-up lines name exactly one global rank (Lightning's
+    `GLOBAL_RANK: 1`, torchelastic's `global_ranks=[1]` for a one-worker agent) is that one process's output,
+    as a pod's or a task's log is: its unattributed lines are that rank's."""
+    named: set[int] = set()
+    for row in rows:
+        key = _PROCESS_RANK_PATTERNS.get(row.get("pattern") or "")
+        if key is not None:
+            value = json.loads(row["fields"]).get(key, "")
+            named.update(int(v) for v in value.replace(" ", "").split(",") if v.isdigit())
+    if len(named) != 1 or any(
+        r["rank"] is not None or r["local_rank"] is not None or r["task"] is not None
+        for r in rows
+        if r.get("pattern") not in _PROCESS_RANK_PATTERNS
+    ):
+        return
+    (rank,) = named
+    for row in rows:
+        if row["kind"] != "exit":
+            row["rank"] = rank
+
+
 def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:
     """Lines inside a torchrun summary entry (its embedded traceback) belong to that entry's rank."""
     spans = [(r["line"], r["end_line"], r) for r in rows if r["kind"] == "exit"]
@@ -312,6 +337,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     rows.extend(_cut_tail_traceback(file, display, data, rows))
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
+    _attribute_single_process(rows)
     census = _census(data)
     if file.local_rank is not None and file.run_dir is not None and _NON_SPACE.search(data):
         census.add((None, file.local_rank, None))  # a torchrun per-rank file that is not empty: the rank ran

@@ -52,6 +52,7 @@ _CTIME = regex.compile(
 # a logging format with the rank as its first column: ParlAI's `rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | msg`
 _RANK_COLUMN = regex.compile(r"rank:\s{0,3}(\d{1,7}) \| ")
 _LEVEL_COLUMN = regex.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \| ")
+_BRACKET_LEVEL = regex.compile(r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ")  # `[INFO] OSError: ...`
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
 # c10 / glog headers (month without a leading zero in some builds: `[E817 ...`):
@@ -134,6 +135,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0)[:1]
         elif (m := _MPI_TAG.match(line, pos)) is not None:
             rank, host = int(m.group(1)), host or m.group(2)
+        elif (m := _BRACKET_LEVEL.match(line, pos)) is not None:
+            level = level or m.group(0)[1:2]
         elif (m := _RAY_CPP.match(line, pos)) is not None:
             level, time = level or m.group(1), time or m.group(0)
         elif (m := _CTIME.match(line, pos)) is not None or (m := _STAMP.match(line, pos)) is not None:

@@ -9,6 +9,7 @@ is the global rank.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 
@@ -142,8 +143,16 @@ def _ranks_by_nccl_comm(frame: pl.DataFrame) -> pl.DataFrame:
         world = comms.get_column("nranks").max()
         for row in comms.filter(pl.col("nranks") == world).iter_rows(named=True):
             owners.setdefault((row["host"], row["pid"]), set()).add(row["nccl_rank"])
+    rings = with_pid.filter(pl.col("pattern") == "nccl-ring-connection")
+    for row in rings.select("host", "pid", "fields").iter_rows(named=True):
+        link = json.loads(row["fields"])
+        own = link.get("dst") if link.get("dir") == "receive" else link.get("src")
+        if own is not None and own.isdigit():
+            owners.setdefault((row["host"], row["pid"]), set()).add(int(own))
     # a line of the process that named its own rank (`[Proxy Service 1] ... from rank 1`)
-    named = with_pid.filter(pl.col("grank").is_not_null() & (pl.col("pattern") != "nccl-comm-init-rank"))
+    named = with_pid.filter(
+        pl.col("grank").is_not_null() & ~pl.col("pattern").is_in(["nccl-comm-init-rank", "nccl-ring-connection"])
+    )
     for row in named.select("host", "pid", "grank").iter_rows(named=True):
         owners.setdefault((row["host"], row["pid"]), set()).add(row["grank"])
     known = {key: ranks.pop() for key, ranks in owners.items() if len(ranks) == 1}

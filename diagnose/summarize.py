@@ -32,6 +32,7 @@ from diagnose.tracebacks import SIGNAL_NAMES
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
+_NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
 _DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
@@ -51,7 +52,9 @@ def build_verdict(
     candidates: list[Candidate],
     events: pl.DataFrame,
     left: set[int] = frozenset(),
+    excerpt: bool = False,
 ) -> Verdict:
+    """`excerpt`: the input is one pasted file or stdin, not a job's log files."""
     if root is not None:
         first = root.first
         ranks = (
@@ -228,6 +231,15 @@ def build_verdict(
     teardown = [c for c in candidates if c.category == "killed"]
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
+    if excerpt:
+        # A pasted excerpt is shown because something went wrong; finding nothing means the error is not in it.
+        return Verdict(
+            category="unknown",
+            title="No failure signature in this excerpt (it may end before the error, or the error is new to the library)",
+            confidence="low",
+            explanation="Nothing in the excerpt matched a known failure, a traceback or a launcher's failure report. "
+            "Include the lines of the first rank that failed (its stderr) or the whole log.",
+        )
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
 
 
@@ -323,7 +335,9 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
     segment, a socket, an IB completion), when that WARN came before it, or at any point when the failure
     itself only says "unhandled cuda/system error" (the WARN is the detail NCCL's code refers to).
     """
-    if not first.from_traceback and first.category == "nccl":
+    # NCCL's own WARN that names a failure (a specific signature) is quoted as it is
+    own_warn = "NCCL WARN" in first.text and first.pattern is not None and first.pattern.priority >= _NAMED_WARN
+    if not first.from_traceback and first.category == "nccl" and not own_warn:
         unspecific = _UNSPECIFIC_NCCL.search(first.text) is not None
         warns = [
             c
