@@ -94,3 +94,18 @@ def test_explain_and_list():
     assert run("explain", "no-such-pattern").returncode == 2
     listing = run("patterns", "list").stdout.decode().splitlines()
     assert len(listing) >= 60 and any(line.startswith("cuda-oom ") for line in listing)
+
+
+def test_healthy_job_file_is_ok_but_a_quiet_excerpt_is_unknown(tmp_path):
+    """A job's own output that shows no failure is `ok`; the same lines pasted as an excerpt say only that
+    the error is not in them, so the report must not claim the job was fine."""
+    healthy = (SAMPLES / "slurm-ok" / "slurm-2.out").read_bytes()
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "slurm-2.out").write_bytes(healthy)
+    excerpt = tmp_path / "pasted.log"
+    excerpt.write_bytes(b"\n".join(healthy.splitlines()[:20]) + b"\n")
+    as_job = json.loads(run(str(job), "--format", "json").stdout)["verdict"]
+    as_excerpt = json.loads(run(str(excerpt), "--format", "json").stdout)["verdict"]
+    assert as_job["category"] == "ok"
+    assert as_excerpt["category"] == "unknown" and as_excerpt["confidence"] == "low"
