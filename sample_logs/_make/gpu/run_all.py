@@ -86,6 +86,11 @@ SCENARIOS = {
     "monitored-barrier": ("rest", dict(barrier_every=4, plan={"1": {"3": {"wait_after": "{job}/upload-3.done"}}}),
                           {}, []),
     "two-nodes-shape": ("rest", dict(plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}}), {}, "two-nodes"),
+    # batch 5 (device run 5)
+    "fsdp-oom-rank0": ("mem", dict(fsdp=True, plan={"0": {FAIL_STEP: {"seq_len": "oom_fwd"}}}), {}, []),
+    "flight-recorder-timeout": ("rest", dict(plan={"1": {FAIL_STEP: {"wait_for": "{job}/staged/shard-00004.ready"}}}),
+                                {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                                 "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/tmp/tinygpt-nccl-trace/rank_"}, []),
     "gather-out-of-bounds": ("rest", dict(unchecked_embedding=True, plan={"1": {FAIL_STEP: {"token_offset": 2**30}}}),
                        {}, []),
 }
@@ -96,7 +101,8 @@ TERMINATE_AFTER = {"external-sigterm": 40}
 
 GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forward-fragmented",
             "oom-forward-hang", "invalid-address-space",
-            "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds"}
+            "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
+            "fsdp-oom-rank0", "flight-recorder-timeout"}
 
 
 def resolve(value, profile, job):

@@ -269,7 +269,12 @@ def main():
 
     model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
                     cfg.get("fused_embedding", False), cfg.get("unchecked_embedding", False)).to(device)
-    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if cfg.get("fsdp"):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        model = FSDP(model, device_id=device.index, use_orig_params=True)
+    else:
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
