@@ -106,11 +106,23 @@ def _field_rank(fields: dict[str, str], text: str) -> int | None:
     return int(found.group(2))
 
 
+_WRAP_WIDTH = 80
+
+
 def _with_wrapped_head(hit: Hit, data: bytes, scanner: Scanner) -> Hit:
     """A long line the terminal wrapped before it was pasted: the hit is its tail, and the line above holds
     the head (DeepSpeed's `sigkill_handler] [... '--local_rank=7', ...` / `...] exits with return code = -9`).
     When the two joined match a signature with more of its fields, the hit takes those fields."""
+    missing = [
+        (pattern_id, fields)
+        for pattern_id, fields in hit.fields
+        if (pattern := scanner.patterns.get(pattern_id)) is not None and len(pattern.compiled.groupindex) > len(fields)
+    ]
+    if not missing:
+        return hit  # every named group already found: nothing a head could add
     head_start = data.rfind(b"\n", 0, max(hit.start - 1, 0)) + 1
+    if hit.start - 1 - head_start < _WRAP_WIDTH:
+        return hit  # terminals wrap long lines only
     head = data[head_start : hit.start - 1].decode("utf-8", "replace").rstrip("\r")
     if not head.strip() or len(head) > MAX_TEXT:
         return hit

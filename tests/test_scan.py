@@ -42,6 +42,23 @@ def test_fallback_finds_what_hyperscan_finds(sample, monkeypatch):
     assert _hits(scan.Scanner(PATTERNS), data) == fast and fast
 
 
+@pytest.mark.skipif(scan.hyperscan is None, reason="hyperscan not installed: nothing is cached")
+def test_cached_prefilter_finds_what_a_fresh_compile_finds(tmp_path, monkeypatch):
+    """The compiled prefilter is reused between runs; a cached copy (or a corrupt cache file) must never
+    change what is found."""
+    data = (SAMPLES / "slurm-hang-stalled-rank" / "slurm-5.err").read_bytes()
+    monkeypatch.setenv("DIAGNOSE_CACHE", "off")
+    fresh = _hits(scan.Scanner(PATTERNS), data)
+    monkeypatch.setenv("DIAGNOSE_CACHE", str(tmp_path))
+    first = _hits(scan.Scanner(PATTERNS), data)  # compiles and writes the cache
+    cached = list(tmp_path.glob("prefilter-*.hsdb"))
+    assert len(cached) == 1
+    again = _hits(scan.Scanner(PATTERNS), data)  # loads it
+    cached[0].write_bytes(b"not a database")
+    after_corruption = _hits(scan.Scanner(PATTERNS), data)
+    assert fresh and fresh == first == again == after_corruption
+
+
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
 def test_relaxed_prefilter_matches_every_must_match_example(pattern):
     loose = regex.compile(relax(scan._GROUP_NAME.sub("(", pattern.regex).removeprefix("^")))
