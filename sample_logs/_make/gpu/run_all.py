@@ -91,6 +91,10 @@ SCENARIOS = {
     "flight-recorder-timeout": ("rest", dict(plan={"1": {FAIL_STEP: {"wait_for": "{job}/staged/shard-00004.ready"}}}),
                                 {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
                                  "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/tmp/tinygpt-nccl-trace/rank_"}, []),
+    # batch 6 (device run 6)
+    "oom-hogged-gpu": ("mem", dict(plan={"1": {"1": {"leave_free_mib": 64}}}), {}, []),
+    "weights-missing-keys": ("rest", dict(plan={"0": {"2": {"save_weights_without": ["{job}/export.pt", "ln2"]}},
+                                                "1": {FAIL_STEP: {"reload": "{job}/export.pt"}}}), {}, []),
     "gather-out-of-bounds": ("rest", dict(unchecked_embedding=True, plan={"1": {FAIL_STEP: {"token_offset": 2**30}}}),
                        {}, []),
 }
@@ -102,7 +106,7 @@ TERMINATE_AFTER = {"external-sigterm": 40}
 GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forward-fragmented",
             "oom-forward-hang", "invalid-address-space",
             "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
-            "fsdp-oom-rank0", "flight-recorder-timeout"}
+            "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu"}
 
 
 def resolve(value, profile, job):

@@ -304,6 +304,12 @@ def main():
         logits = model(tokens)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
         loss.backward()
+        step_plan = plan_for(cfg, rank, step)
+        if step_plan.get("leave_free_mib") is not None and device.type == "cuda":  # another tenant fills the GPU
+            free, _ = torch.cuda.mem_get_info(device)
+            hog = torch.empty(free - step_plan["leave_free_mib"] * 2**20, dtype=torch.uint8, device=device)  # noqa: F841
+        if step_plan.get("reload"):  # re-read the weights another rank wrote
+            model.module.load_state_dict(torch.load(step_plan["reload"], map_location=device))
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step % cfg.get("eval_every", 10**9) == 0:
@@ -314,6 +320,10 @@ def main():
         save_to = plan_for(cfg, rank, step).get("save_to")
         if save_to:
             torch.save({"step": step, "model": model.module.state_dict()}, save_to)
+        weights_to = plan_for(cfg, rank, step).get("save_weights_without")
+        if weights_to:  # an export that drops some tensors (an older layout of the model)
+            path, dropped = weights_to
+            torch.save({k: v for k, v in model.module.state_dict().items() if dropped not in k}, path)
         if writer is not None:
             writer.log(step=step, loss=loss_value)
         if rank == 0 and step % cfg.get("log_every", 1) == 0:
