@@ -95,6 +95,9 @@ SCENARIOS = {
     "oom-hogged-gpu": ("mem", dict(plan={"1": {"1": {"leave_free_mib": 64}}}), {}, []),
     "weights-missing-keys": ("rest", dict(plan={"0": {"2": {"save_weights_without": ["{job}/export.pt", "ln2"]}},
                                                 "1": {FAIL_STEP: {"reload": "{job}/export.pt"}}}), {}, []),
+    # batch 7 (device run 7)
+    "dataloader-bad-record": ("rest", dict(loader_bad_index={"1": 13}), {}, []),
+    "compile-graph-break": ("rest", dict(plan={"1": {FAIL_STEP: {"compiled_stats": True}}}), {}, []),
     "gather-out-of-bounds": ("rest", dict(unchecked_embedding=True, plan={"1": {FAIL_STEP: {"token_offset": 2**30}}}),
                        {}, []),
 }

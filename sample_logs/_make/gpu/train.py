@@ -203,6 +203,30 @@ def get_batch(cfg, rank, step, device):
     return tokens.to(device), labels.to(device)
 
 
+class ShardSamples(torch.utils.data.Dataset):
+    """Token windows read through a DataLoader worker; `bad_index` is a record that fails to decode."""
+
+    def __init__(self, cfg, rank, bad_index=None):
+        self.cfg, self.rank, self.bad_index = cfg, rank, bad_index
+
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, index):
+        if index == self.bad_index:
+            raise ValueError(f"record {index}: expected {self.cfg['seq_len'] + 1} tokens, found 0 (empty line in shard)")
+        g = torch.Generator().manual_seed(1000 * self.rank + index)
+        return torch.randint(0, self.cfg["vocab"], (self.cfg["seq_len"] + 1,), generator=g)
+
+
+def loss_scale_stats(logits):
+    """Per-step statistics, compiled once with fullgraph=True where configured."""
+    peak = logits.abs().max()
+    if peak.item() > 1e4:  # a data-dependent branch: a graph break under torch.compile
+        return peak * 0
+    return peak
+
+
 def learning_rate(cfg, rank, step):
     """Linear warm-up, then constant."""
     warmup = plan_for(cfg, rank, step).get("warmup_steps", cfg.get("warmup_steps", 2))
@@ -289,6 +313,12 @@ def main():
 
         wandb.init(project=cfg.get("project", "tinygpt"), config=cfg)
 
+    loader_iter = None
+    if cfg.get("loader_bad_index") is not None:
+        bad = cfg["loader_bad_index"].get(str(rank))
+        loader = torch.utils.data.DataLoader(ShardSamples(cfg, rank, bad), batch_size=cfg["micro_batch"], num_workers=2)
+        loader_iter = iter(loader)
+    stats_fn = None
     # a gloo group for monitored_barrier, which NCCL does not implement
     barrier_group = dist.new_group(backend="gloo") if cfg.get("barrier_every") else None
     t0 = time.time()
@@ -300,9 +330,16 @@ def main():
             dist.monitored_barrier(group=barrier_group, timeout=timedelta(seconds=cfg.get("barrier_timeout_s", 20)))
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, rank, step)
-        tokens, labels = get_batch(cfg, rank, step, device)
+        if loader_iter is not None:
+            window = next(loader_iter).to(device)
+            tokens, labels = window[:, :-1], window[:, 1:]
+        else:
+            tokens, labels = get_batch(cfg, rank, step, device)
         logits = model(tokens)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+        if plan_for(cfg, rank, step).get("compiled_stats"):
+            stats_fn = stats_fn or torch.compile(loss_scale_stats, fullgraph=True, backend="aot_eager")
+            stats_fn(logits.detach())
         loss.backward()
         step_plan = plan_for(cfg, rank, step)
         if step_plan.get("leave_free_mib") is not None and device.type == "cuda":  # another tenant fills the GPU
