@@ -168,7 +168,7 @@ def launch_two_nodes(name, index, args, job, cfg_env):
         env = dict(cfg_env)
         if args.profile == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = str(node)
-        out, err = open(node_dir / "launcher.out", "w"), open(node_dir / "launcher.err", "w")
+        out, err = open(node_dir / "launcher.out", "w"), open(node_dir / "launcher.err", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
         procs.append(subprocess.Popen(cmd, cwd=node_dir, env=env, stdout=out, stderr=err, start_new_session=True))
         files += [out, err]
         cmds.append(cmd)
@@ -202,8 +202,8 @@ def launch(name, index, args):
             str(Path(args.work) / "app" / "train.py")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_CONFIG=str(job / "config.json"), **SAFE_ENV)
     env.update(extra_env)
-    out = open(job / "launcher.out", "w")
-    err = open(job / "launcher.err", "w")
+    out = open(job / "launcher.out", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
+    err = open(job / "launcher.err", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
     proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=err, start_new_session=True)
     return dict(name=name, job=job, proc=proc, start=time.time(), cmd=cmd, files=(out, err))
 
