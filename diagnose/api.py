@@ -86,7 +86,8 @@ def analyze(
     launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
     hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
     left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
-    verdict = build_verdict(root, hang, candidates, events, left, excerpt=_is_excerpt(paths, found_files))
+    excerpt = job is None and _is_excerpt(found_files)
+    verdict = build_verdict(root, hang, candidates, events, left, excerpt=excerpt)
     config = run_config(candidates)
     # The world size Megatron printed, else the ranks the logs show (global ranks are 0..WORLD_SIZE-1).
     world = int(config["world_size"]) if config.get("world_size", "").isdigit() else (len(expected) or None)
@@ -117,9 +118,9 @@ def analyze(
     )
 
 
-def _is_excerpt(paths: list[str], files: tuple[LogFile, ...]) -> bool:
-    """A single log that is not one of a job's own files (a torchrun per-rank log, SLURM's slurm-N.out):
-    a paste, stdin, or an excerpt saved from an issue or a chat."""
+def _is_excerpt(files: tuple[LogFile, ...]) -> bool:
+    """A single log that is not one of a job's own files (a torchrun per-rank log, SLURM's slurm-N.out, the
+    files of --job): a paste, stdin, or an excerpt saved from an issue or a chat."""
     if len(files) != 1:
         return False
     only = files[0]

@@ -105,7 +105,11 @@ def test_healthy_job_file_is_ok_but_a_quiet_excerpt_is_unknown(tmp_path):
     (job / "slurm-2.out").write_bytes(healthy)
     excerpt = tmp_path / "pasted.log"
     excerpt.write_bytes(b"\n".join(healthy.splitlines()[:20]) + b"\n")
+    named = tmp_path / "named"
+    named.mkdir()
+    (named / "train-2.out").write_bytes(healthy)  # sbatch --output=%x-%j.out
     as_job = json.loads(run(str(job), "--format", "json").stdout)["verdict"]
+    by_job_id = json.loads(run(str(named), "--job", "2", "--format", "json").stdout)["verdict"]
     as_excerpt = json.loads(run(str(excerpt), "--format", "json").stdout)["verdict"]
-    assert as_job["category"] == "ok"
+    assert as_job["category"] == "ok" and by_job_id["category"] == "ok"
     assert as_excerpt["category"] == "unknown" and as_excerpt["confidence"] == "low"
