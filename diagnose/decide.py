@@ -418,7 +418,8 @@ def _order_key_of(incident: Incident) -> tuple[Any, ...]:
     return _order_key(incident.first)
 
 
-_UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
+# NCCL result codes that only say a CUDA or system call failed somewhere
+UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
 _EXPLAIN_LINES = 40  # the exception line ends a traceback of up to a few dozen lines
 
 
@@ -448,7 +449,7 @@ def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
     call failed; a line of the same writer just before the exception that names the failure with another
     category (NCCL's own `WARN Cuda failure 'out of memory'`) is the cause to report."""
     first = chosen.first
-    if first.category != "nccl" or not _UNSPECIFIC_NCCL.search(first.text):
+    if first.category != "nccl" or not UNSPECIFIC_NCCL.search(first.text):
         return None
     causes = [
         i

@@ -157,15 +157,15 @@ def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict
 def _traceback_rows(file: LogFile, display: str, data: bytes, hit: Hit) -> list[dict[str, Any]]:
     tb = parse_traceback(data, hit.start, hit.line_no, hit.prefix)
     row = _base_row(file, display, hit.line_no, tb.prefix)
-    return [_fill_traceback(row, hit, tb, tb.exception_line)]
+    return [_fill_traceback(row, hit.text, tb, tb.exception_line)]
 
 
-def _fill_traceback(row: dict[str, Any], hit: Hit, tb: Traceback, exception_line: int | None) -> dict[str, Any]:
-    """One row shape for every rebuilt traceback, with or without its `Traceback` header."""
+def _fill_traceback(row: dict[str, Any], text: str, tb: Traceback, exception_line: int | None) -> dict[str, Any]:
+    """One row shape for every rebuilt traceback, with or without its `Traceback` header or exception line."""
     frame = tb.user_frame
     row.update(
         kind="traceback",
-        text=hit.text[:MAX_TEXT],
+        text=text[:MAX_TEXT],
         exception=tb.exception[:MAX_TEXT] if tb.exception else None,
         exception_line=exception_line,
         code_file=frame.path if frame else None,
@@ -217,7 +217,7 @@ def _headless_tracebacks(
         )
         if tb is None:
             continue
-        out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit, tb, hit.line_no))
+        out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit.text, tb, hit.line_no))
     return out
 
 
@@ -240,18 +240,7 @@ def _cut_tail_traceback(file: LogFile, display: str, data: bytes, rows: list[dic
         r["kind"] == "traceback" and r["line"] <= tb.start_line <= (r["exception_line"] or r["line"]) for r in rows
     ):
         return []
-    frame = tb.user_frame
-    row = _base_row(file, display, tb.start_line, prefix)
-    row.update(
-        kind="traceback",
-        text=text.strip()[:MAX_TEXT],
-        exception=None,
-        exception_line=None,
-        code_file=frame.path if frame else None,
-        code_line=frame.line if frame else None,
-        fields=json.dumps({"exc_type": "", "phase": phase_of(tb.frames) or ""}),
-    )
-    return [row]
+    return [_fill_traceback(_base_row(file, display, tb.start_line, prefix), text.strip(), tb, None)]
 
 
 _PROCESS_RANK_PATTERNS = {"duplicate-global-rank": "global_rank", "elastic-worker-ranks": "global_ranks"}

@@ -87,21 +87,11 @@ def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) ->
 
 def census_ranks(census: Census, mapping: RankMap) -> set[int]:
     """Global ranks of the writers seen in prefixes (or per-rank files), by the same rules as lines."""
-    ranks: set[int] = set()
-    for task, local, rank in census:
-        if rank is not None:
-            ranks.add(rank)
-        elif local is not None:
-            node = _node_key(task, None)
-            if (node, local) in mapping.stream:
-                ranks.add(mapping.stream[(node, local)])
-            elif task is None and mapping.single_node:
-                ranks.add(local)
-            elif task is not None and mapping.per_node:
-                ranks.add(task * mapping.per_node + local)
-        elif task is not None and mapping.task_is_rank:
-            ranks.add(task)
-    return ranks
+    ranks = (
+        _resolve({"rank": rank, "file_rank": None, "local_rank": local, "task": task, "run_dir": None}, mapping, {})[0]
+        for task, local, rank in census
+    )
+    return {rank for rank in ranks if rank is not None}
 
 
 def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, RankMap]:

@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import cast
 
 import polars as pl
-import regex
 
 from diagnose.decide import (
     PHASE_CATEGORY,
     TEARDOWN_SIGNALS,
+    UNSPECIFIC_NCCL,
     Candidate,
     Incident,
     exit_rows,
@@ -37,7 +37,6 @@ _DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
 _PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-remote-error"})
-_UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
 
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
@@ -338,7 +337,7 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
     # NCCL's own WARN that names a failure (a specific signature) is quoted as it is
     own_warn = "NCCL WARN" in first.text and first.pattern is not None and first.pattern.priority >= _NAMED_WARN
     if not first.from_traceback and first.category == "nccl" and not own_warn:
-        unspecific = _UNSPECIFIC_NCCL.search(first.text) is not None
+        unspecific = UNSPECIFIC_NCCL.search(first.text) is not None
         warns = [
             c
             for c in candidates

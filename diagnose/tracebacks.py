@@ -304,13 +304,18 @@ def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -
     return ExitRecord(line_no, rank, None, host, code, signal, None, True, end_line=number)
 
 
+def _lines_above(data: bytes, start: int, max_lines: int = WINDOW_LINES) -> Iterator[tuple[Prefix, str]]:
+    """The lines before the one starting at `start`, nearest first, split into prefix and text."""
+    head = data[max(0, start - BACK_BYTES) : start].decode("utf-8", "replace").split("\n")[:-1]
+    for raw in reversed(head[-max_lines:]):
+        yield split_prefix(raw.rstrip("\r"))
+
+
 def _fields_above(data: bytes, start: int, prefix: Prefix) -> dict[str, str]:
     """Field lines directly above a summary entry's first field line: the same entry's `time`/`host` when
     the paste cut into it, or its `exitcode` when the block was pasted upside down."""
-    head = data[max(0, start - 2048) : start].decode("utf-8", "replace").split("\n")[:-1]
     fields: dict[str, str] = {}
-    for raw in reversed(head[-6:]):
-        line_prefix, text = split_prefix(raw.rstrip("\r"))
+    for line_prefix, text in _lines_above(data, start, max_lines=6):
         m = _FAILURE_FIELD.fullmatch(text)
         if m is None or line_prefix.stream_key != prefix.stream_key or m["key"] == "rank":
             break
@@ -386,11 +391,9 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     Walks back over `  File "...", line N, in f` lines and their code lines from the same writer; returns
     None unless at least one frame is found, so an ordinary log line never becomes a traceback.
     """
-    head = data[max(0, start - BACK_BYTES) : start].decode("utf-8", "replace").split("\n")[:-1]
     frames: list[Frame] = []
     first = line_no
-    for offset, raw in enumerate(reversed(head[-WINDOW_LINES:]), start=1):
-        line_prefix, text = split_prefix(raw.rstrip("\r"))
+    for offset, (line_prefix, text) in enumerate(_lines_above(data, start), start=1):
         if not text.strip():
             break
         if line_prefix.stream_key != prefix.stream_key:
