@@ -62,6 +62,7 @@ SCHEMA: dict[str, Any] = {
     "code_line": pl.Int64,
     "exitcode": pl.Int64,
     "pid": pl.Int64,  # worker pid (torchrun's summary, NCCL's line header): ties launcher and NCCL lines to a rank
+    "device": pl.Int64,  # CUDA device from NCCL's line header: ties a process to its GPU's bus id
     "signal": pl.Utf8,
     "torchrun_root": pl.Boolean,
     "fields": pl.Utf8,  # JSON of the pattern's named groups
@@ -89,6 +90,7 @@ def _base_row(file: LogFile, display: str, line: int, prefix: Prefix) -> dict[st
         "attempt": file.attempt,
         "stream": file.stream,
         "pid": prefix.pid,
+        "device": prefix.device,
     }
 
 

@@ -73,6 +73,7 @@ class Prefix:
     level: str | None = None
     time: str | None = None
     pid: int | None = None  # from NCCL's `host:pid:tid [dev]` header: ties WARN lines to a process
+    device: int | None = None  # the CUDA device in that header: ties a process to a GPU's bus id
 
     @property
     def stream_key(self) -> tuple[object, ...]:
@@ -95,7 +96,7 @@ def _looks_like_host(token: str) -> bool:
 
 def split_prefix(line: str) -> tuple[Prefix, str]:
     """Return the identity the line's prefixes carry and the text behind them."""
-    rank = local_rank = task = pid = None
+    rank = local_rank = task = pid = device = None
     host = level = time = None
     pos = 0
     for _ in range(_MAX_STACK):
@@ -112,7 +113,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
         elif (m := _GLOG.match(line, pos)) is not None:
             level, time = line[pos : pos + 2].strip("[")[:1], m.group(0)
         elif (m := _NCCL_HEADER.match(line, pos)) is not None:
-            host, pid = host or m.group(1) or None, int(m.group(2))
+            host, pid, device = host or m.group(1) or None, int(m.group(2)), int(m.group(3))
         elif pos == 0 and (m := _COMPOSE.match(line, pos)) is not None and _looks_like_host(m.group(1)):
             host = m.group(1)
         elif (m := _SAGEMAKER_QUOTE.match(line, pos)) is not None:
@@ -156,7 +157,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
         pos = max(pos, 1)
     if pos == 0:
         return EMPTY, line
-    return Prefix(rank, local_rank, task, host, level, time, pid), text
+    return Prefix(rank, local_rank, task, host, level, time, pid, device), text
 
 
 def strip_prefix(line: str) -> str:

@@ -146,6 +146,7 @@ def _ranks_by_nccl_comm(frame: pl.DataFrame) -> pl.DataFrame:
     for row in named.select("host", "pid", "grank").iter_rows(named=True):
         owners.setdefault((row["host"], row["pid"]), set()).add(row["grank"])
     known = {key: ranks.pop() for key, ranks in owners.items() if len(ranks) == 1}
+    known.update(_ranks_by_gpu(frame, with_pid, known))
     if not known:
         return frame
     by_process = [
@@ -155,6 +156,41 @@ def _ranks_by_nccl_comm(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(
         pl.coalesce(pl.col("grank"), pl.Series("by_process", by_process, dtype=pl.Int64)).alias("grank")
     )
+
+
+def _ranks_by_gpu(
+    frame: pl.DataFrame, with_pid: pl.DataFrame, known: dict[tuple[str | None, int], int]
+) -> dict[tuple[str | None, int], int]:
+    """A process that printed no rank of its own still names its GPU in NCCL's header (`host:pid:tid [0]`);
+    its neighbours' ring lines (`3[1e000] -> 2[1d000] via direct shared memory`) name the rank on each GPU of
+    the host, by bus id (older NCCL) or CUDA device (newer), and `dev 0(=1d000)` lines pair the two."""
+    rank_on: dict[tuple[str | None, str], set[int]] = {}
+    bus_of: dict[tuple[str | None, int], str] = {}
+    for row in with_pid.select("host", "pattern", "fields").iter_rows(named=True):
+        found = json.loads(row["fields"] or "{}")
+        if row["pattern"] == "nccl-ring-connection":
+            # a link via the network has its other end on another host
+            remote = "dst" if found.get("dir") != "receive" else "src"
+            for side in ("src", "dst"):
+                gpu = found.get(f"{side}_gpu")
+                if gpu and found.get(side, "").isdigit() and (found.get("via") != "NET" or side != remote):
+                    rank_on.setdefault((row["host"], gpu.lower()), set()).add(int(found[side]))
+        elif row["pattern"] == "nccl-comm-init-rank" and found.get("bus_id"):
+            bus_of[(row["host"], int(found["cuda_dev"]))] = found["bus_id"].lower()
+        elif row["pattern"] == "nccl-p2p-device-bus":
+            for pair in ("a", "b"):
+                bus_of[(row["host"], int(found[f"dev_{pair}"]))] = found[f"bus_{pair}"].lower()
+    if not rank_on:
+        return {}
+    found_ranks: dict[tuple[str | None, int], int] = {}
+    processes = frame.filter(pl.col("pid").is_not_null() & pl.col("device").is_not_null())
+    for host, pid, device in processes.select("host", "pid", "device").unique().iter_rows():
+        if (host, pid) in known:
+            continue
+        ranks = rank_on.get((host, str(device)), set()) | rank_on.get((host, bus_of.get((host, device), "")), set())
+        if len(ranks) == 1:
+            found_ranks[(host, pid)] = ranks.pop()
+    return found_ranks
 
 
 def _ranks_by_pid(frame: pl.DataFrame) -> pl.DataFrame:

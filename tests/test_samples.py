@@ -21,17 +21,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 CASES = sorted(p.parent for p in SAMPLES.glob("*/expected.toml"))
 
 # Samples the engine does not get right yet, with why. Remove an entry once it passes (strict xfail).
-KNOWN_GAPS: dict[str, str] = {
-    "public-torchrun-2proc-worker-init-pg-port-in-use": (
-        "c10d prints a W-level 'failed to bind to 0.0.0.0:47531 (errno: 98 - Address already in use)' and then the "
-        "E-level 'failed to listen on any local network address'; the analyzer quotes the earlier, more specific "
-        "line, the expectation the E-level one (category and rank agree)"
-    ),
-    "public-turing-cloud-2node-ibv-modify-qp-no-device": (
-        "the failing WARN's process prints no rank; its rank (2) follows only from another process's ring line "
-        "'3[1e000] -> 2[1d000]' and the bus id 1d000, which the analyzer does not map to processes"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _normalise(text: str | None) -> str:
