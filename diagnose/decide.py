@@ -188,6 +188,8 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     _refine_bare_asserts(candidates)
     _refine_native_crashes(candidates)
+    _refine_srun_teardown(candidates)
+    _refine_spawn_wrappers(candidates)
     candidates.extend(_duplicate_ranks(candidates))
     _refine_by_phase(candidates)
     candidates.extend(_exit_candidates(events, candidates))
@@ -255,6 +257,41 @@ def _refine_by_phase(candidates: list[Candidate]) -> None:
 _CRASH_PATTERNS = ("segfault", "sigfpe-crash")
 _LIBRARY_FRAME = "cuda-library-frame"
 _BACKTRACE_LINES = 20
+
+
+def _refine_srun_teardown(candidates: list[Candidate]) -> None:
+    """When srun itself ends a step (`_step_signal: Terminating StepId=26.0`, after a task died and
+    --kill-on-bad-exit), slurmstepd's `*** STEP 26.0 ... CANCELLED ***` is that teardown, not a cancel from
+    outside; a task srun reported killed just before it is the one whose death started it."""
+    ended = [c for c in candidates if c.pattern is not None and c.pattern.id == "srun-step-terminated"]
+    steps = {c.fields.get("step") for c in ended}
+    for c in candidates:
+        if c.pattern is None:
+            continue
+        if c.pattern.id == "slurm-cancelled" and c.fields.get("job") in steps and not c.fields.get("reason"):
+            c.role, c.subcategory = "symptom", "teardown"
+        elif c.pattern.id == "srun-task-killed" and c.fields.get("how") == "Killed":
+            if any(e.file == c.file and 0 < e.line - c.line <= _SRUN_BEFORE_END for e in ended):
+                c.role, c.priority = "root", _SIGNAL_DEATH_PRIORITY
+
+
+_SPAWN_WRAPPER = regex.compile(r"\s*(?:[\w.]*ProcessRaisedException|Exception):\s*$")
+_SPAWN_HEADER_AFTER = 3  # the wrapper's message starts with a blank line, then the header
+
+
+def _refine_spawn_wrappers(candidates: list[Candidate]) -> None:
+    """torch.multiprocessing.spawn re-raises a worker's failure in the parent as `Exception:` (later
+    `ProcessRaisedException:`) whose message is `-- Process 3 terminated with the following error:` and the
+    worker's own traceback: the parent's exception is the launcher reporting, like torchrun's ChildFailedError."""
+    headers = [c for c in candidates if c.pattern is not None and c.pattern.id == "mp-spawn-process-failed"]
+    for c in candidates:
+        if c.from_traceback and _SPAWN_WRAPPER.match(c.text):
+            if any(h.file == c.file and 0 < h.line - c.line <= _SPAWN_HEADER_AFTER for h in headers):
+                c.role, c.category = "context", "killed"  # as torchrun-child-failed
+
+
+_SRUN_BEFORE_END = 3  # srun reports the dead task, then at once terminates the step
+_SIGNAL_DEATH_PRIORITY = 45  # as a signal death from torchrun's summary
 
 
 def _refine_native_crashes(candidates: list[Candidate]) -> None:
@@ -334,7 +371,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
                 role,
                 category,
                 sub,
-                45 if role == "root" else 10,
+                _SIGNAL_DEATH_PRIORITY if role == "root" else 10,
                 f"exitcode {row['exitcode']} ({signal})",
                 [row],
                 rank,

@@ -112,7 +112,17 @@ def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, R
     frame = events.with_columns(
         pl.Series("grank", resolved, dtype=pl.Int64), pl.Series("rank_inferred", inferred, dtype=pl.Boolean)
     )
+    frame = _ranks_by_srun_task(frame, mapping)
     return _ranks_by_nccl_comm(_ranks_by_pid(frame)), mapping
+
+
+def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
+    """srun's own lines name a task (`srun: error: vm: task 2: Killed`); with one srun task per rank and no
+    launcher below, that task is the global rank."""
+    if not mapping.task_is_rank:
+        return frame
+    task = frame.get_column("fields").str.extract(r'"tasks": "(\d+)"').cast(pl.Int64, strict=False)
+    return frame.with_columns(pl.coalesce(pl.col("grank"), task).alias("grank"))
 
 
 def _ranks_by_nccl_comm(frame: pl.DataFrame) -> pl.DataFrame:

@@ -291,11 +291,16 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     a paste) does."""
     if first.from_traceback or "WARN" not in first.text:
         return []
-    after = events.filter(
-        (pl.col("kind") == "traceback")
-        & (pl.col("file") == first.file)
-        & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
+    near = events.filter(
+        (pl.col("file") == first.file) & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
     )
+    # a launcher's section header (`-- Process 3 terminated with the following error:`) means the traceback
+    # below it is the launcher quoting a worker, which need not be the process that printed the WARN
+    sections = near.filter((pl.col("kind") == "pattern") & pl.col("fields").str.contains('"section_rank"'))
+    before = sections.get_column("line").min() if sections.height else None
+    after = near.filter(pl.col("kind") == "traceback")
+    if before is not None:
+        after = after.filter(pl.col("line") < before)
     owners = set(after.get_column("grank").drop_nulls().to_list())
     return sorted(owners) if len(owners) == 1 else []
 

@@ -75,13 +75,15 @@ _CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$"
 
 
 _ARGUMENT_CHECKS = ("validate_args", "parse_args", "_parse_args", "check_args", "validate_arguments")
+_ARGUMENT_MODULES = ("arguments.py", "args.py")
 
 
 def _checks_arguments(frame: Frame) -> bool:
-    """Argument validation: Megatron's validate_args, argparse, a config dataclass's __post_init__."""
-    if frame.func in _ARGUMENT_CHECKS:
+    """Argument validation: Megatron's validate_args, argparse, a config dataclass's __post_init__, anything
+    raised in a project's own arguments module (SwissArmyTransformer's `sat/arguments.py: get_args`)."""
+    name = frame.path.replace("\\", "/").rsplit("/", 1)[-1]
+    if frame.func in _ARGUMENT_CHECKS or name in _ARGUMENT_MODULES:
         return True
-    name = frame.path.rsplit("/", 1)[-1]
     return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
 
 

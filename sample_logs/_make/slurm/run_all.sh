@@ -3,7 +3,10 @@
 #   sample_logs/_make/slurm/run_all.sh [SCENARIO...]      (default: all, in dependency order)
 # Scenarios: ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
 #            checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node
+#            combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
+# A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
+# others use train.sbatch.in's default layout (torchrun-logs).
 # Knobs: SAMPLES_WORK (scratch dir, default /tmp/slurm-samples), PYTHON (default the repo's .venv),
 #        SAMPLES_OUT (where the slurm-* folders go, default sample_logs/; the tests use a temp dir).
 set -euo pipefail
@@ -14,7 +17,9 @@ WORK=${SAMPLES_WORK:-/tmp/slurm-samples}
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 RUN_DIR=$WORK/runs
 ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
-    checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node)
+    checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node
+    combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill)
+LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
 
@@ -46,7 +51,7 @@ PY
 submit() { # submit CONFIG [sbatch options...] -> job id
     local cfg=$1
     shift
-    (cd "$RUN_DIR" && sbatch --parsable --export=ALL,TRAIN_CONFIG="$cfg" "$@" "$WORK/train.sbatch")
+    (cd "$RUN_DIR" && sbatch --parsable --export=ALL,TRAIN_CONFIG="$cfg",LAYOUT="$LAYOUT" "$@" "$WORK/train.sbatch")
 }
 
 wait_job() {
@@ -55,11 +60,15 @@ wait_job() {
 }
 
 collect() { # collect NAME JOBID: copy the job's files, as written, into sample_logs/slurm-NAME
-    local name=$1 id=$2 dest=${SAMPLES_OUT:-$REPO/sample_logs}/slurm-$1
+    local name=$1 id=$2 dest=${SAMPLES_OUT:-$REPO/sample_logs}/slurm-$1 f
     mkdir -p "$dest"
     find "$dest" -mindepth 1 -maxdepth 1 ! -name expected.toml -exec rm -rf {} +
     cp -p "$RUN_DIR/slurm-$id.out" "$RUN_DIR/slurm-$id.err" "$dest/"
-    cp -a "$RUN_DIR/$id/torchrun-logs" "$dest/"
+    # whichever the layout wrote: the torchrun --log-dir tree, or per-task files train-<id>-<task>.{out,err}
+    if [[ -d $RUN_DIR/$id/torchrun-logs ]]; then cp -a "$RUN_DIR/$id/torchrun-logs" "$dest/"; fi
+    for f in "$RUN_DIR/train-$id"-*.out "$RUN_DIR/train-$id"-*.err; do
+        if [[ -f $f ]]; then cp -p "$f" "$dest/"; fi
+    done
     sacct -j "$id" -P -o JobID,JobName,State,ExitCode,Elapsed,NodeList >"$dest/sacct.txt"
     log "$name: job $id $(sacct -X -n -P -j "$id" -o State,ExitCode) -> $dest ($(du -sh "$dest" | cut -f1))"
 }
@@ -117,6 +126,20 @@ scenario() {
             run early-exit "$(config '{}' '{"6": {"stop_after": 8}}')" ;;
         import-one-node) # rank 5's environment (second node) lacks a module the job imports
             run import-one-node "$(config '{}' '{"5": {"extra_import": "apex"}}')" ;;
+        combined-shape) # as shape-second-node, with all ranks' output in slurm-<id>.out/.err only
+            LAYOUT=combined run combined-shape "$(config '{}' '{"6": {"width": 20}}')" ;;
+        combined-sigkill) # as sigkill-rank, combined layout
+            LAYOUT=combined run combined-sigkill "$(config '{}' '{"7": {"sigkill_at": 6}}')" ;;
+        per-task-keyerror) # as code-keyerror, one output file pair per srun task
+            LAYOUT=per-task run per-task-keyerror "$(config '{}' '{"5": {"loss_terms": ["mse", "z_loss"]}}')" ;;
+        per-task-import) # as import-one-node, per-task layout
+            LAYOUT=per-task run per-task-import "$(config '{}' '{"5": {"extra_import": "apex"}}')" ;;
+        srun-per-rank-hang) # as hang-stalled-rank (rank 3 this time), eight srun tasks and no torchrun
+            rm -rf "$WORK/staging"
+            per_rank="{\"3\": {\"ready_file\": \"$WORK/staging/shard-00003.done\"}}"
+            LAYOUT=srun-per-rank run srun-per-rank-hang "$(config '{}' "$per_rank")" --ntasks=8 ;;
+        srun-per-rank-sigkill) # rank 2 SIGKILLs itself at iteration 6, eight srun tasks and no torchrun
+            LAYOUT=srun-per-rank run srun-per-rank-sigkill "$(config '{}' '{"2": {"sigkill_at": 6}}')" --ntasks=8 ;;
         time-limit)
             run time-limit "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" \
                 --time=00:01:00 ;;
