@@ -270,9 +270,12 @@ def _refine_srun_teardown(candidates: list[Candidate]) -> None:
             continue
         if c.pattern.id == "slurm-cancelled" and c.fields.get("job") in steps and not c.fields.get("reason"):
             c.role, c.subcategory = "symptom", "teardown"
-        elif c.pattern.id == "srun-task-killed" and c.fields.get("how") == "Killed":
-            if any(e.file == c.file and 0 < e.line - c.line <= _SRUN_BEFORE_END for e in ended):
-                c.role, c.priority = "root", _SIGNAL_DEATH_PRIORITY
+        elif (
+            c.pattern.id == "srun-task-killed"
+            and c.fields.get("how") == "Killed"
+            and any(e.file == c.file and 0 < e.line - c.line <= _SRUN_BEFORE_END for e in ended)
+        ):
+            c.role, c.priority = "root", _SIGNAL_DEATH_PRIORITY
 
 
 _SPAWN_WRAPPER = regex.compile(r"\s*(?:[\w.]*ProcessRaisedException|Exception):\s*$")
@@ -285,9 +288,12 @@ def _refine_spawn_wrappers(candidates: list[Candidate]) -> None:
     worker's own traceback: the parent's exception is the launcher reporting, like torchrun's ChildFailedError."""
     headers = [c for c in candidates if c.pattern is not None and c.pattern.id == "mp-spawn-process-failed"]
     for c in candidates:
-        if c.from_traceback and _SPAWN_WRAPPER.match(c.text):
-            if any(h.file == c.file and 0 < h.line - c.line <= _SPAWN_HEADER_AFTER for h in headers):
-                c.role, c.category = "context", "killed"  # as torchrun-child-failed
+        if (
+            c.from_traceback
+            and _SPAWN_WRAPPER.match(c.text)
+            and any(h.file == c.file and 0 < h.line - c.line <= _SPAWN_HEADER_AFTER for h in headers)
+        ):
+            c.role, c.category = "context", "killed"  # as torchrun-child-failed
 
 
 _SRUN_BEFORE_END = 3  # srun reports the dead task, then at once terminates the step
