@@ -212,15 +212,25 @@ def _headless_tracebacks(
     owned = {r["exception_line"] for r in rows if r["kind"] == "traceback"}
     out = []
     for hit in hits:
-        if hit.line_no in owned or "python-exception" not in hit.pattern_ids or hit.text[:1].isspace():
+        if hit.line_no in owned or "python-exception" not in hit.pattern_ids:
             continue
         tb = frames_above(data, hit.start, hit.line_no, hit.prefix) or frames_below(
             data, hit.start, hit.line_no, hit.prefix
         )
-        if tb is None:
+        if tb is None or (hit.text[:1].isspace() and not _indented_block(data, hit)):
             continue
         out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit.text, tb, hit.line_no))
     return out
+
+
+def _indented_block(data: bytes, hit: Hit) -> bool:
+    """An indented exception line ends a traceback only when the frame lines above it sit deeper: a traceback
+    pasted with an extra indent as a whole (Python 3.13's `...<2 lines>...` elisions, a Markdown list item)."""
+    own = len(hit.text) - len(hit.text.lstrip(" "))
+    above_end = max(hit.start - 1, 0)
+    above = data[data.rfind(b"\n", 0, above_end) + 1 : above_end].decode("utf-8", "replace")
+    text = split_prefix(above.rstrip("\r"))[1]
+    return bool(text.strip()) and len(text) - len(text.lstrip(" ")) > own
 
 
 def _cut_tail_traceback(file: LogFile, display: str, data: bytes, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
