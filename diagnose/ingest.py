@@ -109,6 +109,7 @@ def _field_rank(fields: dict[str, str], text: str) -> int | None:
 
 
 _WRAP_WIDTH = 80
+_WRAP_PIECES = 8  # the most pieces of one wrapped line put back together
 
 
 def _with_wrapped_head(hit: Hit, data: bytes, scanner: Scanner) -> Hit:
@@ -123,9 +124,16 @@ def _with_wrapped_head(hit: Hit, data: bytes, scanner: Scanner) -> Hit:
     if not missing:
         return hit  # every named group already found: nothing a head could add
     head_start = data.rfind(b"\n", 0, max(hit.start - 1, 0)) + 1
-    if hit.start - 1 - head_start < _WRAP_WIDTH:
+    width = hit.start - 1 - head_start
+    if width < _WRAP_WIDTH:
         return hit  # terminals wrap long lines only
-    head = data[head_start : hit.start - 1].decode("utf-8", "replace").rstrip("\r")
+    # a line wrapped several times: every piece above the tail has the terminal's full width
+    for _ in range(_WRAP_PIECES - 1):
+        above = data.rfind(b"\n", 0, max(head_start - 1, 0)) + 1
+        if head_start == 0 or head_start - 1 - above != width:
+            break
+        head_start = above
+    head = data[head_start : hit.start - 1].decode("utf-8", "replace").replace("\r\n", "\n").replace("\n", "")
     if not head.strip() or len(head) > MAX_TEXT:
         return hit
     head_prefix, head_text = split_prefix(head)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,4 +92,31 @@ def read_log(path: Path, stdin_data: bytes | None = None) -> FileData:
         raw = raw.replace(b"\x00", b"")
     if not raw.endswith(b"\n"):
         raw += b"\n"  # last line cut mid-write still counts as a line
-    return FileData(name, raw, size, tuple(warnings))
+    return FileData(name, _without_editor_numbers(raw), size, tuple(warnings))
+
+
+# ` 13 Traceback ...`: a line number an editor or viewer put in front (not a backtrace's `13 0x7f.. frame`)
+_EDITOR_NUMBER = re.compile(rb"^ *(\d{1,6})(?: (?!0x)|\r?$)")
+_EDITOR_NUMBERED_MAX = 1 << 20  # pastes are small; a job's own log is never numbered like this
+_EDITOR_NUMBERED_SHARE = 0.8
+_EDITOR_NUMBERED_MIN = 5
+
+
+def _without_editor_numbers(raw: bytes) -> bytes:
+    """A paste copied out of an editor that numbers its lines carries those numbers in front of every line,
+    hiding every prefix and traceback; read (in memory only) without them. Numbers must run consecutively
+    over nearly every line, which a log's own leading numbers (iteration counts) never do."""
+    if len(raw) > _EDITOR_NUMBERED_MAX:
+        return raw
+    lines = raw.split(b"\n")
+    found = [(i, m) for i, line in enumerate(lines) if (m := _EDITOR_NUMBER.match(line)) is not None]
+    filled = sum(1 for line in lines if line.strip())
+    if len(found) < _EDITOR_NUMBERED_MIN or len(found) < _EDITOR_NUMBERED_SHARE * filled:
+        return raw
+    values = [int(m.group(1)) for _, m in found]
+    if any(b - a != 1 for a, b in zip(values, values[1:])):
+        return raw
+    for i, m in found:
+        lines[i] = lines[i][m.end() :] if lines[i][m.end() - 1 : m.end()] == b" " else lines[i][m.end(1) :]
+    return b"\n".join(lines)
+

@@ -34,6 +34,7 @@ _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
 _DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
+_LAST_ERROR_LINES = 8  # error line, its ncclInvalidUsage-style gloss, "Last error:", the detail, blanks between
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
 _PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-remote-error"})
@@ -339,6 +340,18 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
     segment, a socket, an IB completion), when that WARN came before it, or at any point when the failure
     itself only says "unhandled cuda/system error" (the WARN is the detail NCCL's code refers to).
     """
+    if not first.from_traceback and first.category == "nccl":
+        # the detail under "Last error:" of an NCCL error printed just above: quote the error, as raised
+        raised = [
+            c
+            for c in candidates
+            if c.pattern is not None
+            and c.pattern.id == "nccl-error"
+            and c.file == first.file
+            and 0 < first.line - c.line <= _LAST_ERROR_LINES
+        ]
+        if raised:
+            return min(raised, key=lambda c: c.line).text
     # NCCL's own WARN that names a failure (a specific signature) is quoted as it is
     own_warn = "NCCL WARN" in first.text and first.pattern is not None and first.pattern.priority >= _NAMED_WARN
     if not first.from_traceback and first.category == "nccl" and not own_warn:

@@ -16,8 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from diagnose.api import NoLogsError, analyze
+from diagnose.readers import read_log
 
-SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs" / "slurm-shape-second-node"
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+SAMPLE = SAMPLES / "slurm-shape-second-node"
 ROOT_LINE = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x20 and 16x32)"
 
 
@@ -130,3 +132,20 @@ def test_shuffled_real_lines_never_raise(tmp_path, lines, rng):
     path = tmp_path / "pasted.log"
     path.write_text("\n".join(lines))
     analyze([str(path)])
+
+
+def test_editor_line_numbers_are_read_past_but_never_written(tmp_path):
+    """A paste copied out of an editor carries ` 13 ` in front of every line; a backtrace's own frame
+    numbers (`26 0x000000000014453c _PyEval_EvalFrameDefault()`) are not such numbers."""
+    numbered = SAMPLES / "public-flagai-aquila-line-numbered-megatron-data-import" / "pasted.log"
+    log = tmp_path / "paste.log"
+    shutil.copy(numbered, log)
+    before = log.read_bytes()
+    verdict = analyze([str(log)]).verdict
+    assert (verdict.category, verdict.exception) == ("import", "ModuleNotFoundError: No module named 'megatron.data'")
+    assert log.read_bytes() == before
+    backtrace = (SAMPLES / "public-megatron-tp-overlap-segv-backtrace" / "pasted.log").read_text().splitlines()
+    frames = tmp_path / "frames.log"
+    frames.write_text("\n".join(line for line in backtrace if " 0x0000" in line) + "\n")
+    assert len(frames.read_text().splitlines()) >= 5
+    assert read_log(frames).data == frames.read_bytes()
