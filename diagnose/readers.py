@@ -12,6 +12,7 @@ import lzma
 import re
 import zlib
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 MAX_DECOMPRESSED = 4 << 30  # refuse decompression bombs; a real rank log is far smaller
@@ -114,7 +115,7 @@ def _without_editor_numbers(raw: bytes) -> bytes:
     if len(found) < _EDITOR_NUMBERED_MIN or len(found) < _EDITOR_NUMBERED_SHARE * filled:
         return raw
     values = [int(m.group(1)) for _, m in found]
-    if any(b - a != 1 for a, b in zip(values, values[1:])):
+    if any(b - a != 1 for a, b in pairwise(values)):
         return raw
     for i, m in found:
         lines[i] = lines[i][m.end() :] if lines[i][m.end() - 1 : m.end()] == b" " else lines[i][m.end(1) :]
