@@ -120,4 +120,3 @@ def _without_editor_numbers(raw: bytes) -> bytes:
     for i, m in found:
         lines[i] = lines[i][m.end() :] if lines[i][m.end() - 1 : m.end()] == b" " else lines[i][m.end(1) :]
     return b"\n".join(lines)
-
