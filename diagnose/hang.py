@@ -97,6 +97,11 @@ def analyze_hang(
     active = {c.rank for c in candidates if c.rank is not None}
     silent = expected - victims - active
     left = ranks_that_left(candidates, seen, launcher_failed) - victims
+    # Every rank's output is here (a --log-dir tree), some ranks timed out and the rest printed other lines
+    # but no timeout: those were not waiting in the collective (busy elsewhere, or already gone).
+    bystanders = seen - victims if victims and expected and seen >= expected and _whole_world(expected) else set()
+    if len(bystanders) > len(victims):
+        bystanders = set()
     signatures = {(e.get("seq"), e.get("op"), e.get("numel_in")) for e in per_rank.values() if e.get("seq")}
     reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
     subcategory = "desync" if len(signatures) > 1 or reported_desync else None
@@ -119,6 +124,8 @@ def analyze_hang(
             left,
             "printed no timeout or error and had already exited when the launcher stopped the others",
         )
+    elif bystanders:
+        suspects, reason = bystanders, "printed lines of its own but no timeout while the others timed out"
     elif silent and len(victims) > 1 and _whole_world(expected):
         # One visible rank says nothing about the others (a paste of one rank's output); several ranks
         # timing out while one prints nothing does, when ranks 0..max look like the whole job.

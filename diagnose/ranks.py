@@ -59,9 +59,10 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
     ranks_seen = events.get_column("rank").drop_nulls().to_list() + [r for _, _, r in census if r is not None]
     # A local rank labelled with its host (`[gpu187:2]:`) comes from a launcher that tells hosts apart:
     # that is no evidence of a single node, so such ranks stay local instead of being guessed global.
+    # (NCCL's `host:pid:tid` header names the host of a line whose local rank came from its file: not that.)
     host_scoped = (
         events.filter(pl.col("host").is_not_null() & pl.col("local_rank").is_not_null() & pl.col("rank").is_null())
-        .filter(pl.col("kind") != "exit")
+        .filter((pl.col("kind") != "exit") & pl.col("pid").is_null())
         .height
         > 0
     )

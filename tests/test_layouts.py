@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import tomllib
 from pathlib import Path
+
+import pytest
 
 from diagnose.api import analyze
 from diagnose.prefixes import strip_prefix
@@ -93,3 +96,33 @@ def test_summary_alone_still_carries_the_error(tmp_path):
     verdict = _verdict(tmp_path)
     assert (verdict.category, verdict.rank) == ("shape", 1)
     assert verdict.exception == "RuntimeError: shape '[4, 1024]' is invalid for input of size 3096"
+
+
+GPU_RUNS = sorted(
+    p.parent for p in SAMPLE.parent.glob("gpu-*/expected.toml") if any((p.parent / "torchrun-logs").rglob("*.log"))
+)
+# Facts only the launcher prints: a worker killed by a signal with no line of its own, torchrun's own SIGTERM.
+LAUNCHER_ONLY = {"gpu-sigkill", "gpu-external-sigterm"}
+
+
+def _copy_part(run: Path, dest: Path, tree: bool) -> Path:
+    """The launcher's console files alone, or the torchrun --log-dir tree alone, as a user might point at."""
+    for f in run.rglob("*"):
+        if f.is_file() and f.name != "expected.toml" and ("torchrun-logs" in f.parts) == tree:
+            target = dest / f.relative_to(run)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, target)
+    return dest
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["console-only", "tree-only"])
+@pytest.mark.parametrize("run", GPU_RUNS, ids=lambda p: p.name)
+def test_gpu_run_read_from_either_half_of_its_files(run, tree, tmp_path):
+    """The console (`--tee`) and the per-rank tree hold the same failure: either alone gives the same answer."""
+    if tree and run.name in LAUNCHER_ONLY:
+        pytest.skip("the signal death is only in the launcher's output")
+    expected = tomllib.loads((run / "expected.toml").read_text())["expected"]
+    verdict = _verdict(_copy_part(run, tmp_path / "job", tree))
+    assert (verdict.category, verdict.rank) == (expected["category"], expected.get("rank"))
+    if "exception" in expected:
+        assert (verdict.exception or "").strip() == expected["exception"].strip()
