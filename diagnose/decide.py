@@ -439,7 +439,10 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
         ),
     )
     return (
-        _explained_by(chosen, roots) or _kernel_assert(chosen, all_roots) or _why_worker_died(chosen, all_roots) or chosen
+        _explained_by(chosen, roots)
+        or _kernel_assert(chosen, all_roots)
+        or _why_worker_died(chosen, all_roots)
+        or chosen
     )
 
 

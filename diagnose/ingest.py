@@ -41,6 +41,8 @@ MAX_TEXT = 4000  # a runaway line is shown cut, never matched past this
 CENSUS_BYTES = 1 << 16  # head and tail: every rank prints at start-up, and the tail shows who was still there
 _CENSUS = regex.compile(rb"(?m)^[ \t]{0,6}(?:(\d{1,6}): )?\[([A-Za-z_]+?)(\d{1,6})\]:(?:\[rank(\d{1,7})\]:)?")
 
+_TASK_CENSUS = regex.compile(rb"(?m)^[ \t]{0,6}(\d{1,6}): (?!\[)")
+
 SCHEMA: dict[str, Any] = {
     "file": pl.Utf8,
     "line": pl.Int64,
@@ -331,6 +333,8 @@ def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
                 local, rank = b"", local
             if task or local or rank:
                 seen.add((int(task) if task else None, int(local) if local else None, int(rank) if rank else None))
+        # `srun --label` tasks with nothing below (one task per rank): every task that printed ran
+        seen.update((int(task), None, None) for task in _TASK_CENSUS.findall(part))
     return seen
 
 

@@ -51,7 +51,10 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
         )
     stream = {key: counter.most_common(1)[0][0] for key, counter in votes.items()}
     nodes = {_node_key(r["task"], r["run_dir"]) for r in events.select("task", "run_dir").iter_rows(named=True)}
-    nodes |= {_node_key(task, None) for task, _, _ in census if task is not None}
+    # (a bare task label says nothing of nodes: with one task per rank it is a rank, see census_ranks)
+    nodes |= {
+        _node_key(task, None) for task, local, rank in census if task is not None and (local, rank) != (None, None)
+    }
     nodes.discard(None)
     locals_seen = [v for v in events.get_column("local_rank").drop_nulls().to_list()]
     locals_seen += [local for _, local, _ in census if local is not None]
@@ -77,7 +80,10 @@ def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) ->
     """`srun --label` with no launcher below it (one srun task per GPU, Megatron's classic SLURM recipe)
     makes the task id the global rank. A torchrun per node would show itself through local ranks or its
     failure summary, and a line whose own rank differs from its task rules the reading out."""
-    if per_node is not None or any(task is not None for task, _, _ in census):
+    below = any(
+        task is not None and (local is not None or (rank is not None and rank != task)) for task, local, rank in census
+    )
+    if per_node is not None or below:
         return False
     tasks = events.filter(pl.col("task").is_not_null())
     if tasks.is_empty() or events.filter(pl.col("kind") == "exit").height:
