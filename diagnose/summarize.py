@@ -288,9 +288,11 @@ def _local_only(candidate: Candidate) -> str:
 
 def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     """NCCL's WARN lines (NCCL failures, and its own CUDA out-of-memory) carry host, pid and device but no
-    rank; the traceback the same process prints right after them (`[rank9]: Traceback ...`, often cut off in
+    rank, and a kernel's assertion carries none; the traceback the same process prints right after them (`[rank9]: Traceback ...`, often cut off in
     a paste) does."""
-    if first.from_traceback or "WARN" not in first.text:
+    # a kernel's `Assertion ... failed` printf comes from the process whose traceback follows, unprefixed too
+    kernel_assert = first.pattern is not None and first.pattern.id == "device-side-assert"
+    if first.from_traceback or ("WARN" not in first.text and not kernel_assert):
         return []
     near = events.filter(
         (pl.col("file") == first.file) & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
