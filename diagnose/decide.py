@@ -467,6 +467,7 @@ def _order_key_of(incident: Incident) -> tuple[Any, ...]:
 # NCCL result codes that only say a CUDA or system call failed somewhere
 UNSPECIFIC_NCCL = regex.compile(r"unhandled (?:cuda|system) error|internal error")
 _EXPLAIN_LINES = 40  # the exception line ends a traceback of up to a few dozen lines
+_LAST_ERROR_LINES = 4  # NCCL's "Last error:" detail printed just under the exception line
 
 
 _KERNEL_ASSERT = regex.compile(r"Assertion `.+` failed")
@@ -492,8 +493,8 @@ def _kernel_assert(chosen: Incident, roots: list[Incident]) -> Incident | None:
 
 def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
     """NCCL's generic result codes ("unhandled cuda error", "internal error") only say a CUDA or system
-    call failed; a line of the same writer just before the exception that names the failure with another
-    category (NCCL's own `WARN Cuda failure 'out of memory'`) is the cause to report."""
+    call failed; a line of the same writer just before the exception (or its "Last error:" detail just under
+    it) that names the failure with another category (NCCL's `Cuda failure 'out of memory'`) is the cause."""
     first = chosen.first
     if first.category != "nccl" or not UNSPECIFIC_NCCL.search(first.text):
         return None
@@ -504,7 +505,7 @@ def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
         and i.first.category not in ("nccl", first.category)
         and i.first.priority > first.priority
         and i.first.file == first.file
-        and 0 < first.line - i.first.line <= _EXPLAIN_LINES
+        and (0 < first.line - i.first.line <= _EXPLAIN_LINES or 0 < i.first.line - first.line <= _LAST_ERROR_LINES)
     ]
     return max(causes, key=lambda i: i.first.line, default=None)
 

@@ -105,6 +105,16 @@ def analyze_hang(
     signatures = {(e.get("seq"), e.get("op"), e.get("numel_in")) for e in per_rank.values() if e.get("seq")}
     reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
     subcategory = "desync" if len(signatures) > 1 or reported_desync else None
+    # the one rank whose collective differs from what several others wait in took another code path
+    by_signature: dict[tuple[object, ...], set[int]] = {}
+    for r, e in per_rank.items():
+        if e.get("seq"):
+            by_signature.setdefault((e.get("seq"), e.get("op"), e.get("numel_in")), set()).add(r)
+    odd_one: set[int] = set()
+    if len(by_signature) == 2 and sorted(len(ranks) for ranks in by_signature.values())[0] == 1:
+        alone, crowd = sorted(by_signature.values(), key=len)
+        if len(crowd) >= 2:
+            odd_one = alone
     behind: set[int] = set()
     seqs = {r: _int(str(e["seq"])) for r, e in per_rank.items() if e.get("seq")}
     if len({s for s in seqs.values()}) > 1:
@@ -115,6 +125,8 @@ def analyze_hang(
             named,
             "named by the waiting ranks (a monitored barrier, an NCCL unique-id wait) as never arriving",
         )
+    elif odd_one:
+        suspects, reason = odd_one, "waited in a different collective than the others at the same point (a desync)"
     elif never_entered:
         suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
     elif terminated - victims:

@@ -5,7 +5,12 @@ launcher.err), so nothing the job prints names its scenario; afterwards launcher
 torchrun-logs/ are copied unchanged to RESULTS/gpu-<scenario>/. Jobs of one group run concurrently
 (distinct master ports), after the "mem" group (large GPU allocations) has run one job at a time.
 
-    python3 run_all.py --results DIR [--profile gpu|cpu] [--group all|mem|rest] [SCENARIO ...]
+    python3 run_all.py --results DIR [--profile gpu|cpu] [--group all|mem|rest] [--layout logdir|console]
+                       [SCENARIO ...]
+
+--layout console runs torchrun the way many people do (`torchrun ... train.py 2>&1 | tee train.log`): no
+--log-dir, no --redirects/--tee, every worker's stdout and stderr and the agent's own lines unprefixed in one
+file, train.log; results go to RESULTS/gpu-console-<scenario>/.
 """
 
 import argparse
@@ -198,10 +203,15 @@ def launch(name, index, args):
                 "--rdzv-conf=timeout=60"]
     else:
         cmd += [f"--master-port={port}"] + list(extra_args)
-    cmd += ["--log-dir", str(job / "torchrun-logs"), "--redirects", "3", "--tee", "3",
-            str(Path(args.work) / "app" / "train.py")]
+    if args.layout == "logdir":
+        cmd += ["--log-dir", str(job / "torchrun-logs"), "--redirects", "3", "--tee", "3"]
+    cmd += [str(Path(args.work) / "app" / "train.py")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_CONFIG=str(job / "config.json"), **SAFE_ENV)
     env.update(extra_env)
+    if args.layout == "console":  # one file, both streams, as `2>&1 | tee train.log` leaves it
+        out = open(job / "train.log", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
+        proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return dict(name=name, job=job, proc=proc, start=time.time(), cmd=cmd, files=(out,), layout="console")
     out = open(job / "launcher.out", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
     err = open(job / "launcher.err", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
     proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=err, start_new_session=True)
@@ -211,6 +221,13 @@ def launch(name, index, args):
 def finish(run, args, killed):
     for f in run["files"]:
         f.close()
+    if run.get("layout") == "console":
+        dest = Path(args.results) / f"gpu-console-{run['name']}"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        shutil.copy2(run["job"] / "train.log", dest / "train.log")
+        _write_meta(run, args, killed)
+        return
     dest = Path(args.results) / f"gpu-{run['name']}"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -221,9 +238,14 @@ def finish(run, args, killed):
             shutil.copy2(source / item, target / item)
         if (source / "torchrun-logs").exists():
             shutil.copytree(source / "torchrun-logs", target / "torchrun-logs", symlinks=True)
+    _write_meta(run, args, killed)
+
+
+def _write_meta(run, args, killed):
     meta = Path(args.results) / "_meta"
     meta.mkdir(exist_ok=True)
-    (meta / f"{run['name']}.json").write_text(json.dumps(dict(
+    prefix = "console-" if run.get("layout") == "console" else ""
+    (meta / f"{prefix}{run['name']}.json").write_text(json.dumps(dict(
         rc=run["proc"].returncode, seconds=round(time.time() - run["start"], 1),
         killed_by_generator=killed, cmd=run["cmd"], job=str(run["job"]))))
     print(f"[run_all] {run['name']}: rc={run['proc'].returncode} "
@@ -260,6 +282,7 @@ def main():
     ap.add_argument("--profile", choices=list(PROFILES), default="gpu")
     ap.add_argument("--group", choices=["all", "mem", "rest"], default="all")
     ap.add_argument("--job-timeout", type=float, default=200)
+    ap.add_argument("--layout", choices=["logdir", "console"], default="logdir")
     ap.add_argument("scenarios", nargs="*")
     args = ap.parse_args()
     names = args.scenarios or [n for n, s in SCENARIOS.items() if args.group in ("all", s[0])]
