@@ -128,8 +128,11 @@ def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
     launcher below, that task is the global rank."""
     if not mapping.task_is_rank:
         return frame
-    task = frame.get_column("fields").str.extract(r'"tasks": "(\d+)"').cast(pl.Int64, strict=False)
+    task = frame.get_column("text").str.extract(_SRUN_TASK_LINE).cast(pl.Int64, strict=False)
     return frame.with_columns(pl.coalesce(pl.col("grank"), task).alias("grank"))
+
+
+_SRUN_TASK_LINE = r"srun: error: [^:\s]+: task (\d+): "  # one task named, whatever signature the line matched
 
 
 def _ranks_by_nccl_comm(frame: pl.DataFrame) -> pl.DataFrame:

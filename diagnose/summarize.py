@@ -34,6 +34,7 @@ _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
 _DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
+_SRUN_TASK_REPORTS = frozenset({"srun-task-killed", "srun-task-exit-code"})
 _LAST_ERROR_LINES = 8  # error line, its ncclInvalidUsage-style gloss, "Last error:", the detail, blanks between
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
@@ -315,11 +316,14 @@ def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:
         c.rank
         for c in candidates
         if c.rank is not None
-        and c.role == "root"
         and c.file == first.file
         and abs(c.line - first.line) <= _DETAIL_LINES
         and c.pattern is not None
-        and c.pattern.priority >= first.priority
+        and (
+            (c.role == "root" and c.pattern.priority >= first.priority)
+            or (c.role == "context" and "rank" in c.fields)  # a runtime's header naming the rank (torch_npu)
+            or (c.pattern.id in _SRUN_TASK_REPORTS and c.rank is not None)  # srun: `task 0: Out Of Memory`
+        )
     }
     return sorted(near) if len(near) == 1 else []
 
@@ -354,6 +358,13 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
         ]
         if raised:
             return min(raised, key=lambda c: c.line).text
+    if first.pattern is None and first.category == "killed":
+        # a signal death known from an exit record: quote the launcher's line that reports it, if one was printed
+        code = first.text.removeprefix("exitcode ").split(" ", 1)[0]
+        reports = [
+            c for c in candidates if c.pattern is not None and c.fields.get("exitcode") == code and c.rank == first.rank
+        ]
+        return min(reports, key=lambda c: (c.file, c.line)).text if reports else None
     # NCCL's own WARN that names a failure (a specific signature) is quoted as it is
     own_warn = "NCCL WARN" in first.text and first.pattern is not None and first.pattern.priority >= _NAMED_WARN
     if not first.from_traceback and first.category == "nccl" and not own_warn:
