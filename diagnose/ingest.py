@@ -327,14 +327,20 @@ _NON_SPACE = regex.compile(rb"\S")  # a search stops at the first byte; bytes.st
 
 def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
     seen = set()
-    for part in (data[:CENSUS_BYTES], data[-CENSUS_BYTES:]):
-        for task, role, local, rank in _CENSUS.findall(part):
-            if role == b"rank":  # a bare [rankN]: is a global rank, not a torchrun role
-                local, rank = b"", local
-            if task or local or rank:
-                seen.add((int(task) if task else None, int(local) if local else None, int(rank) if rank else None))
-        # `srun --label` tasks with nothing below (one task per rank): every task that printed ran
-        seen.update((int(task), None, None) for task in _TASK_CENSUS.findall(part))
+    whole = len(data) <= CENSUS_BYTES
+    for part, cut in ((data[:CENSUS_BYTES], False), (data[-CENSUS_BYTES:], not whole)):
+        # cheap checks first: a line-by-line regex over 128 KiB of every file is most of ingest's time
+        if b"]:" in part:
+            for task, role, local, rank in _CENSUS.findall(part):
+                if role == b"rank":  # a bare [rankN]: is a global rank, not a torchrun role
+                    local, rank = b"", local
+                if task or local or rank:
+                    seen.add((int(task) if task else None, int(local) if local else None, int(rank) if rank else None))
+        # `srun --label` tasks with nothing below (one task per rank): every task that printed ran. Such a
+        # file is labelled from its first lines on (the tail's first line may be cut, so its next one counts).
+        start = part.find(b"\n") + 1 if cut else 0
+        if _TASK_CENSUS.match(part, start) or _TASK_CENSUS.match(part, part.find(b"\n", start) + 1):
+            seen.update((int(task), None, None) for task in _TASK_CENSUS.findall(part))
     return seen
 
 
