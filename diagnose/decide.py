@@ -190,6 +190,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     _refine_native_crashes(candidates)
     _refine_srun_teardown(candidates)
     _refine_spawn_wrappers(candidates)
+    _refine_cpp_exceptions(candidates)
     candidates.extend(_duplicate_ranks(candidates))
     _refine_by_phase(candidates)
     candidates.extend(_exit_candidates(events, candidates))
@@ -294,6 +295,28 @@ def _refine_spawn_wrappers(candidates: list[Candidate]) -> None:
             and any(h.file == c.file and 0 < h.line - c.line <= _SPAWN_HEADER_AFTER for h in headers)
         ):
             c.role, c.category = "context", "killed"  # as torchrun-child-failed
+
+
+_THROWN_IN = (
+    (regex.compile(r"ProcessGroup\w*\.cpp|NCCLUtils|/gloo/|hccl", regex.I), "nccl"),
+    (regex.compile(r"/cuda/|CUDA\w*\.(?:cpp|cu|h)", regex.I), "cuda_error"),
+)
+_ORIGIN_AFTER = 2  # `what():` then `Exception raised from F at FILE:N` on the next line
+
+
+def _refine_cpp_exceptions(candidates: list[Candidate]) -> None:
+    """An uncaught C++ exception's what() line takes its category from the file that threw it, named just
+    under it (`Exception raised from getHCCLDataSize at .../ProcessGroupHCCL.cpp`): a process group's
+    failure is a communication failure, a CUDA source's a CUDA error."""
+    origins = [c for c in candidates if c.pattern is not None and c.pattern.id == "cpp-exception-origin"]
+    for c in candidates:
+        if c.pattern is None or c.pattern.id != "cpp-uncaught-exception":
+            continue
+        below = [o for o in origins if o.file == c.file and 0 < o.line - c.line <= _ORIGIN_AFTER]
+        thrown_in = below[0].fields.get("file", "") if below else ""
+        category = next((cat for pattern, cat in _THROWN_IN if pattern.search(thrown_in)), None)
+        if category is not None:
+            c.category, c.subcategory = category, None
 
 
 _SRUN_BEFORE_END = 3  # srun reports the dead task, then at once terminates the step

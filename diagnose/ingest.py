@@ -215,6 +215,10 @@ def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) ->
     return rows
 
 
+# messages their code follows with traceback.print_stack(): the frames printed under them are their stack
+_PRINTS_STACK_BELOW = frozenset({"fsdp-unexpected-training-state"})
+
+
 def _headless_tracebacks(
     file: LogFile, display: str, data: bytes, hits: list[Hit], rows: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -222,11 +226,16 @@ def _headless_tracebacks(
     owned = {r["exception_line"] for r in rows if r["kind"] == "traceback"}
     out = []
     for hit in hits:
-        if hit.line_no in owned or "python-exception" not in hit.pattern_ids:
+        if hit.line_no in owned:
             continue
-        tb = frames_above(data, hit.start, hit.line_no, hit.prefix) or frames_below(
-            data, hit.start, hit.line_no, hit.prefix
-        )
+        if "python-exception" in hit.pattern_ids:
+            tb = frames_above(data, hit.start, hit.line_no, hit.prefix) or frames_below(
+                data, hit.start, hit.line_no, hit.prefix
+            )
+        elif _PRINTS_STACK_BELOW & set(hit.pattern_ids):
+            tb = frames_below(data, hit.start, hit.line_no, hit.prefix, upside_down=False)
+        else:
+            continue
         if tb is None or (hit.text[:1].isspace() and not _indented_block(data, hit)):
             continue
         out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit.text, tb, hit.line_no))

@@ -416,11 +416,12 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     return Traceback(first, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))
 
 
-def frames_below(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback | None:
+def frames_below(data: bytes, start: int, line_no: int, prefix: Prefix, upside_down: bool = True) -> Traceback | None:
     """A traceback pasted upside down: the exception line first, its frames (innermost first) below it.
 
     Python never prints frames after an exception line without a new `Traceback` header, so two or more
-    frames right below it, with no header among them, are this exception's own stack read backwards.
+    frames right below it, with no header among them, are this exception's own stack read backwards. With
+    `upside_down=False`, a message a program followed with traceback.print_stack() (outermost frame first).
     """
     frames: list[Frame] = []
     last = line_no
@@ -441,4 +442,5 @@ def frames_below(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
         return None
     raw = data[start : data.find(b"\n", start)].decode("utf-8", "replace")
     exception = split_prefix(raw)[1].strip()
-    return Traceback(line_no, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))
+    stack = tuple(reversed(frames)) if upside_down else tuple(frames)
+    return Traceback(line_no, line_no, prefix, stack, exception, _exception_type(exception))

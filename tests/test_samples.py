@@ -27,15 +27,6 @@ KNOWN_GAPS: dict[str, str] = {
         "torchrun lists no other failure and prints no world size), so rank 0's timeout leaves the hang without a "
         "suspect rank; the same run with a --log-dir tree (gpu-early-exit-hang) names rank 1"
     ),
-    "public-gaudi-starcoder-ddp-hccl-unsupported-dtype-terminate": (
-        "an uncaught c10::Error ('terminate called after throwing ...', 'what():  Getting size for given data type "
-        "is not supported: 0') is only tied to HCCL by the 'Exception raised from getHCCLDataSize at "
-        ".../ProcessGroupHCCL.cpp' line under it; no signature reads a what() line by the file it was raised in"
-    ),
-    "public-llm-foundry-fsdp-close-checkpoint-save-training-state-backward-pre": (
-        "FSDP prints 'ERROR: expected to be in states [...] but current state is ...' with print() before a stack "
-        "cut off in the paste; the frames give the checkpoint phase but that bare line is not quoted as the root"
-    ),
 }
 
 
