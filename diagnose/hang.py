@@ -144,6 +144,11 @@ def analyze_hang(
         suspects, reason = silent, "printed nothing while the others timed out"
     elif behind and len(behind) < len(seqs):
         suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"
+    elif launcher_failed and victims and seen <= victims and launcher_failed <= victims:
+        # A collective needs at least one more rank than the ones seen waiting; the launcher reported no other
+        # failure and stopped no other worker, so those ranks had already exited: their number is not logged.
+        suspects, reason = set(), "the ranks it waited for are not in these logs and had already exited"
+        subcategory = subcategory or "early_exit"
     else:
         suspects, reason = set(), "every rank timed out; no rank stands out"
     if subcategory is None and suspects and suspects != victims:
