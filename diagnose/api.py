@@ -124,7 +124,24 @@ def _is_excerpt(files: tuple[LogFile, ...]) -> bool:
     if len(files) != 1:
         return False
     only = files[0]
-    return str(only.path) == "-" or (only.run_dir is None and not _SLURM_OUTPUT.match(only.path.name))
+    if str(only.path) == "-":
+        return True
+    return only.run_dir is None and not _SLURM_OUTPUT.match(only.path.name) and not _starts_a_job(only.path)
+
+
+# What a launcher prints when it starts the workers: a file that begins with it is a job's whole console
+# (`torchrun ... 2>&1 | tee train.log`), not an excerpt cut from the middle of one.
+_JOB_START = (b"Setting OMP_NUM_THREADS environment variable for each process", b"WORLD INFO DICT")
+_JOB_START_BYTES = 4096
+
+
+def _starts_a_job(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_JOB_START_BYTES)
+    except OSError:
+        return False
+    return any(marker in head for marker in _JOB_START)
 
 
 def _summarise_warnings(warnings: tuple[str, ...]) -> tuple[str, ...]:
