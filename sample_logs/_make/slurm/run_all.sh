@@ -4,6 +4,8 @@
 # Scenarios: ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
 #            checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node
 #            combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
+#            combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
+#            combined-checkpoint-truncated
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -18,7 +20,9 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 RUN_DIR=$WORK/runs
 ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-heads
     checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node
-    combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill)
+    combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
+    combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
+    combined-checkpoint-truncated)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -82,6 +86,17 @@ run() { # run NAME CONFIG [sbatch options...]: submit, wait, collect
     collect "$name" "$id"
 }
 
+# truncated_ckpt: copy the checkpoint written by "ok" to $WORK/ckpt-resume with rank 4's shard cut to 4 KiB
+# (the checkpoint is written first, without collecting, when "ok" has not run).
+truncated_ckpt() {
+    if [[ ! -f $WORK/ckpt/latest_checkpointed_iteration.txt ]]; then
+        wait_job "$(submit "$(config "{\"save\": \"$WORK/ckpt\"}" '{}')")"
+    fi
+    rm -rf "$WORK/ckpt-resume"
+    cp -a "$WORK/ckpt" "$WORK/ckpt-resume"
+    truncate -s 4096 "$WORK/ckpt-resume/iter_0000020/mp_rank_04/model_optim_rng.pt"
+}
+
 scenario() {
     local per_rank
     case $1 in
@@ -111,12 +126,7 @@ scenario() {
                 "pipeline_model_parallel_size": 1, "context_parallel_size": 1, "global_batch_size": 64,
                 "bf16": false, "fp16": false, "tokenizer_type": "GPT2BPETokenizer"}' '{}')" ;;
         checkpoint-truncated) # rank 4's shard of the checkpoint written by "ok" is cut short
-            if [[ ! -f $WORK/ckpt/latest_checkpointed_iteration.txt ]]; then # write it, without collecting
-                wait_job "$(submit "$(config "{\"save\": \"$WORK/ckpt\"}" '{}')")"
-            fi
-            rm -rf "$WORK/ckpt-resume"
-            cp -a "$WORK/ckpt" "$WORK/ckpt-resume"
-            truncate -s 4096 "$WORK/ckpt-resume/iter_0000020/mp_rank_04/model_optim_rng.pt"
+            truncated_ckpt
             run checkpoint-truncated "$(config "{\"load\": \"$WORK/ckpt-resume\", \"train_iters\": 40}" '{}')" ;;
         code-keyerror) # rank 5 is configured with an auxiliary loss term the code does not know
             run code-keyerror "$(config '{}' '{"5": {"loss_terms": ["mse", "z_loss"]}}')" ;;
@@ -140,6 +150,24 @@ scenario() {
             LAYOUT=srun-per-rank run srun-per-rank-hang "$(config '{}' "$per_rank")" --ntasks=8 ;;
         srun-per-rank-sigkill) # rank 2 SIGKILLs itself at iteration 6, eight srun tasks and no torchrun
             LAYOUT=srun-per-rank run srun-per-rank-sigkill "$(config '{}' '{"2": {"sigkill_at": 6}}')" --ntasks=8 ;;
+        combined-hang) # as hang-stalled-rank (rank 5 waits for a staging marker), combined layout
+            rm -rf "$WORK/staging"
+            per_rank="{\"5\": {\"ready_file\": \"$WORK/staging/shard-00005.done\"}}"
+            LAYOUT=combined run combined-hang "$(config '{}' "$per_rank")" ;;
+        per-task-time-limit) # as time-limit, per-task layout
+            LAYOUT=per-task run per-task-time-limit \
+                "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" --time=00:01:00 ;;
+        srun-per-rank-shape) # as shape-second-node (rank 6 gets 20 features), eight srun tasks and no torchrun
+            LAYOUT=srun-per-rank run srun-per-rank-shape "$(config '{}' '{"6": {"width": 20}}')" --ntasks=8 ;;
+        srun-per-rank-import) # as import-one-node (rank 5 imports apex), eight srun tasks and no torchrun
+            LAYOUT=srun-per-rank run srun-per-rank-import "$(config '{}' '{"5": {"extra_import": "apex"}}')" --ntasks=8 ;;
+        srun-per-rank-keyerror) # as code-keyerror (rank 3 this time), eight srun tasks and no torchrun
+            LAYOUT=srun-per-rank run srun-per-rank-keyerror \
+                "$(config '{}' '{"3": {"loss_terms": ["mse", "z_loss"]}}')" --ntasks=8 ;;
+        combined-checkpoint-truncated) # as checkpoint-truncated (rank 4's shard cut short), combined layout
+            truncated_ckpt
+            LAYOUT=combined run combined-checkpoint-truncated \
+                "$(config "{\"load\": \"$WORK/ckpt-resume\", \"train_iters\": 40}" '{}')" ;;
         time-limit)
             run time-limit "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" \
                 --time=00:01:00 ;;
