@@ -82,15 +82,17 @@ def analyze(
     incidents = group_incidents(candidates)
     root = choose_root(incidents)
     seen = set(events.get_column("grank").drop_nulls().to_list()) | census_ranks(ingested.census, rank_map)
-    expected = set(range(max(seen) + 1)) if seen else set()  # global ranks are 0..WORLD_SIZE-1
+    config = run_config(candidates)
+    # Global ranks are 0..WORLD_SIZE-1: the world size Megatron printed, else up to the highest rank seen (a
+    # printed size also shows ranks above every one that wrote a line, which went silent).
+    printed_world = int(config["world_size"]) if config.get("world_size", "").isdigit() else 0
+    expected = set(range(max(max(seen) + 1 if seen else 0, printed_world)))
     launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
     hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
     left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
     excerpt = job is None and _is_excerpt(found_files)
     verdict = build_verdict(root, hang, candidates, events, left, excerpt=excerpt)
-    config = run_config(candidates)
-    # The world size Megatron printed, else the ranks the logs show (global ranks are 0..WORLD_SIZE-1).
-    world = int(config["world_size"]) if config.get("world_size", "").isdigit() else (len(expected) or None)
+    world = printed_world or len(expected) or None
     details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [], world)
     if verdict.subcategory == "early_exit" and not fixes:
         fixes = early_exit_fixes()

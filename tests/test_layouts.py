@@ -126,3 +126,14 @@ def test_gpu_run_read_from_either_half_of_its_files(run, tree, tmp_path):
     assert (verdict.category, verdict.rank) == (expected["category"], expected.get("rank"))
     if "exception" in expected:
         assert (verdict.exception or "").strip() == expected["exception"].strip()
+
+
+def test_printed_world_size_shows_a_silent_top_rank(tmp_path):
+    """The job's stdout with rank 7's start-up line removed (a rank that printed nothing): only Megatron's
+    printed `world_size ... 8` says ranks went up to 7, so rank 7 is listed as silent, not forgotten."""
+    job = tmp_path / "job"
+    job.mkdir()
+    lines = (SAMPLE / "slurm-4.out").read_text().splitlines(keepends=True)
+    (job / "slurm-4.out").write_text("".join(line for line in lines if not line.startswith("1: [default3]")))
+    ranks = analyze([str(job)]).ranks
+    assert (ranks.expected, ranks.seen, ranks.silent) == (8, (0, 1, 2, 3, 4, 5, 6), (7,))
