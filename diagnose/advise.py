@@ -11,7 +11,7 @@ from typing import Any
 
 import regex
 
-from diagnose.decide import Candidate, Incident
+from diagnose.candidates import Candidate, Incident
 from diagnose.hang import HangAnalysis
 from diagnose.model import Fix
 

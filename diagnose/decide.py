@@ -11,84 +11,27 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import polars as pl
 import regex
 
+from diagnose.candidates import GENERIC_PRIORITY, Candidate, Incident, Row, order_key
 from diagnose.patterns import Pattern
+from diagnose.refine import (
+    SIGNAL_DEATH_PRIORITY,
+    refine_bare_asserts,
+    refine_by_phase,
+    refine_launcher_reports,
+    refine_native_crashes,
+)
 from diagnose.tracebacks import SIGNAL_NAMES
 
-Row = dict[str, Any]
-_DIGITS = regex.compile(r"\d+")
-GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
 _HANG_PATTERNS = ("nccl-watchdog-timeout", "gloo-timeout")
 # Signals a launcher or scheduler sends to stop survivors; any other signal death is a rank's own failure.
 TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
-
-
-@dataclass
-class Candidate:
-    """One observation of a failure on one rank."""
-
-    pattern: Pattern | None
-    role: str
-    category: str
-    subcategory: str | None
-    priority: int
-    text: str
-    rows: list[Row]
-    rank: int | None
-    host: str | None
-    ts: datetime | None
-    file: str
-    line: int
-    code_file: str | None = None
-    code_line: int | None = None
-    from_traceback: bool = False
-    fields: dict[str, str] = field(default_factory=dict)
-    phase: str | None = None
-    rank_inferred: bool = False
-
-    @property
-    def signature(self) -> tuple[str, str]:
-        return (self.pattern.id if self.pattern else self.category, _DIGITS.sub("N", self.text)[:300])
-
-
-@dataclass
-class Incident:
-    candidates: list[Candidate]
-
-    @property
-    def first(self) -> Candidate:
-        """The earliest observation; ranks failing within the clock's 1 s resolution count as
-        simultaneous (the same config error on every rank), and then the lowest rank is reported."""
-        timed = [c for c in self.candidates if c.ts is not None]
-        if not timed:
-            # No clock: in one file the earlier line is the earlier event.
-            return min(self.candidates, key=lambda c: (c.file, c.line, c.rank is None, c.rank or 0))
-        start = min(c.ts for c in timed)  # type: ignore[type-var]
-        pool = [c for c in timed if (c.ts - start).total_seconds() <= 1.0]  # type: ignore[operator]
-        return min(pool, key=lambda c: (c.rank is None, c.rank or 0, not c.from_traceback, c.file, c.line))
-
-    @property
-    def phase(self) -> str | None:
-        return next((c.phase for c in sorted(self.candidates, key=_order_key) if c.phase), None)
-
-    @property
-    def ranks(self) -> list[int]:
-        return sorted({c.rank for c in self.candidates if c.rank is not None})
-
-    @property
-    def ts(self) -> datetime | None:
-        times = [c.ts for c in self.candidates if c.ts is not None]
-        return min(times) if times else None
-
-
-def _order_key(c: Candidate) -> tuple[Any, ...]:
-    return (c.ts is None, c.ts or datetime.max, c.rank is None, c.rank or 0, not c.from_traceback, c.file, c.line)
 
 
 def best_pattern_per_line(events: pl.DataFrame, patterns: dict[str, Pattern]) -> dict[tuple[str, int], Row]:
@@ -186,13 +129,11 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
         quoted = any(a < key[1] < b for a, b in inside.get(key[0], ())) or _is_source_line(row["text"])
         if key not in covered and not (quoted and patterns[row["pattern"]].role != "context"):
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
-    _refine_bare_asserts(candidates)
-    _refine_native_crashes(candidates)
-    _refine_srun_teardown(candidates)
-    _refine_spawn_wrappers(candidates)
-    _refine_cpp_exceptions(candidates)
+    refine_bare_asserts(candidates)
+    refine_native_crashes(candidates)
+    refine_launcher_reports(candidates)
     candidates.extend(_duplicate_ranks(candidates))
-    _refine_by_phase(candidates)
+    refine_by_phase(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
 
@@ -222,120 +163,6 @@ def _is_source_line(text: str) -> bool:
     return text.lstrip().startswith(("raise ", "return ")) or _IPYTHON_SOURCE.match(text) is not None
 
 
-PHASE_CATEGORY = {
-    "checkpoint_load": "checkpoint",
-    "checkpoint_save": "checkpoint",
-    "data_loading": "data",
-    "arguments": "config",
-    "output_path": "config",
-}
-# Programming errors stay code wherever they are raised: a class without the attribute, a name never
-# defined is a bug in the caller, not bad data or a bad checkpoint. (An attribute of None is different:
-# a value the data or the checkpoint did not provide.)
-_PROGRAMMING_ERROR = regex.compile(
-    r"\s*(?:[\w.]+\.)?(?:AttributeError: (?!'NoneType')|NameError|UnboundLocalError|SyntaxError|NotImplementedError)"
-)
-
-
-def _refine_by_phase(candidates: list[Candidate]) -> None:
-    """A generic exception raised while a checkpoint was being loaded, or inside torch's data loading
-    machinery, is a checkpoint or data failure."""
-    refined: dict[tuple[str, str], str] = {}
-    for c in candidates:
-        if (
-            c.from_traceback
-            and c.priority < GENERIC_PRIORITY
-            and c.role == "root"
-            and c.phase in PHASE_CATEGORY
-            and not _PROGRAMMING_ERROR.match(c.text)
-        ):
-            c.category = refined[c.signature] = PHASE_CATEGORY[c.phase]
-    for c in candidates:  # the same line printed again without its traceback (a paste cut above it)
-        if c.signature in refined and c.priority < GENERIC_PRIORITY:
-            c.category = refined[c.signature]
-
-
-_CRASH_PATTERNS = ("segfault", "sigfpe-crash")
-_LIBRARY_FRAME = "cuda-library-frame"
-_BACKTRACE_LINES = 20
-
-
-def _refine_srun_teardown(candidates: list[Candidate]) -> None:
-    """When srun itself ends a step (`_step_signal: Terminating StepId=26.0`, after a task died and
-    --kill-on-bad-exit), slurmstepd's `*** STEP 26.0 ... CANCELLED ***` is that teardown, not a cancel from
-    outside; a task srun reported killed just before it is the one whose death started it."""
-    ended = [c for c in candidates if c.pattern is not None and c.pattern.id == "srun-step-terminated"]
-    steps = {c.fields.get("step") for c in ended}
-    for c in candidates:
-        if c.pattern is None:
-            continue
-        if c.pattern.id == "slurm-cancelled" and c.fields.get("job") in steps and not c.fields.get("reason"):
-            c.role, c.subcategory = "symptom", "teardown"
-        elif (
-            c.pattern.id == "srun-task-killed"
-            and c.fields.get("how") == "Killed"
-            and any(e.file == c.file and 0 < e.line - c.line <= _SRUN_BEFORE_END for e in ended)
-        ):
-            c.role, c.priority = "root", _SIGNAL_DEATH_PRIORITY
-
-
-_SPAWN_WRAPPER = regex.compile(r"\s*(?:[\w.]*ProcessRaisedException|Exception):\s*$")
-_SPAWN_HEADER_AFTER = 3  # the wrapper's message starts with a blank line, then the header
-
-
-def _refine_spawn_wrappers(candidates: list[Candidate]) -> None:
-    """torch.multiprocessing.spawn re-raises a worker's failure in the parent as `Exception:` (later
-    `ProcessRaisedException:`) whose message is `-- Process 3 terminated with the following error:` and the
-    worker's own traceback: the parent's exception is the launcher reporting, like torchrun's ChildFailedError."""
-    headers = [c for c in candidates if c.pattern is not None and c.pattern.id == "mp-spawn-process-failed"]
-    for c in candidates:
-        if (
-            c.from_traceback
-            and _SPAWN_WRAPPER.match(c.text)
-            and any(h.file == c.file and 0 < h.line - c.line <= _SPAWN_HEADER_AFTER for h in headers)
-        ):
-            c.role, c.category = "context", "killed"  # as torchrun-child-failed
-
-
-_THROWN_IN = (
-    (regex.compile(r"ProcessGroup\w*\.cpp|NCCLUtils|/gloo/|hccl", regex.I), "nccl"),
-    (regex.compile(r"/cuda/|CUDA\w*\.(?:cpp|cu|h)", regex.I), "cuda_error"),
-)
-_ORIGIN_AFTER = 2  # `what():` then `Exception raised from F at FILE:N` on the next line
-
-
-def _refine_cpp_exceptions(candidates: list[Candidate]) -> None:
-    """An uncaught C++ exception's what() line takes its category from the file that threw it, named just
-    under it (`Exception raised from getHCCLDataSize at .../ProcessGroupHCCL.cpp`): a process group's
-    failure is a communication failure, a CUDA source's a CUDA error."""
-    origins = [c for c in candidates if c.pattern is not None and c.pattern.id == "cpp-exception-origin"]
-    for c in candidates:
-        if c.pattern is None or c.pattern.id != "cpp-uncaught-exception":
-            continue
-        below = [o for o in origins if o.file == c.file and 0 < o.line - c.line <= _ORIGIN_AFTER]
-        thrown_in = below[0].fields.get("file", "") if below else ""
-        category = next((cat for pattern, cat in _THROWN_IN if pattern.search(thrown_in)), None)
-        if category is not None:
-            c.category, c.subcategory = category, None
-
-
-_SRUN_BEFORE_END = 3  # srun reports the dead task, then at once terminates the step
-_SIGNAL_DEATH_PRIORITY = 45  # as a signal death from torchrun's summary
-
-
-def _refine_native_crashes(candidates: list[Candidate]) -> None:
-    """A signal crash whose native backtrace (printed right after it) runs through cuBLAS/cuDNN is a
-    failure of that CUDA library, not an anonymous kill."""
-    frames = [c for c in candidates if c.pattern is not None and c.pattern.id == _LIBRARY_FRAME]
-    if not frames:
-        return
-    for c in candidates:
-        if c.pattern is None or c.pattern.id not in _CRASH_PATTERNS:
-            continue
-        if any(f.file == c.file and 0 < f.line - c.line <= _BACKTRACE_LINES for f in frames):
-            c.category, c.subcategory = "cuda_error", "library_crash"
-
-
 _RANK_START = "duplicate-global-rank"
 
 
@@ -352,19 +179,6 @@ def _duplicate_ranks(candidates: list[Candidate]) -> list[Candidate]:
     first = repeated[0]
     # its own text, so it is not grouped with the ordinary start lines
     return [replace(first, role="root", priority=50, rank=None, text=f"started twice: {first.text.strip()}")]
-
-
-def _refine_bare_asserts(candidates: list[Candidate]) -> None:
-    """A bare `AssertionError` says nothing; the asserted source line just above it in the traceback
-    does (`assert steps % world_size == 0`). A context signature on that line lends its category."""
-    sources = {(c.file, c.line): c for c in candidates if c.role == "context" and c.pattern is not None}
-    for c in candidates:
-        if not c.from_traceback or c.priority >= GENERIC_PRIORITY or c.text.strip() != "AssertionError":
-            continue
-        source = next((sources[(c.file, c.line - k)] for k in (1, 2, 3) if (c.file, c.line - k) in sources), None)
-        if source is not None and source.pattern is not None and source.category != c.category:
-            c.pattern, c.category, c.subcategory = source.pattern, source.category, source.subcategory
-            c.priority, c.fields = source.pattern.priority, source.fields
 
 
 def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Candidate]:
@@ -400,7 +214,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
                 role,
                 category,
                 sub,
-                _SIGNAL_DEATH_PRIORITY if role == "root" else 10,
+                SIGNAL_DEATH_PRIORITY if role == "root" else 10,
                 f"exitcode {row['exitcode']} ({signal})",
                 [row],
                 rank,
@@ -484,7 +298,7 @@ def _why_worker_died(chosen: Incident, roots: list[Incident]) -> Incident | None
 
 
 def _order_key_of(incident: Incident) -> tuple[Any, ...]:
-    return _order_key(incident.first)
+    return order_key(incident.first)
 
 
 # NCCL result codes that only say a CUDA or system call failed somewhere

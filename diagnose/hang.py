@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.decide import Candidate
+from diagnose.candidates import Candidate
 
 _TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carrying SeqNum / op / sizes
 _STATUS_PATTERN = "nccl-watchdog-work-status"

@@ -13,12 +13,10 @@ from typing import cast
 
 import polars as pl
 
+from diagnose.candidates import Candidate, Incident
 from diagnose.decide import (
-    PHASE_CATEGORY,
     TEARDOWN_SIGNALS,
     UNSPECIFIC_NCCL,
-    Candidate,
-    Incident,
     exit_rows,
     infer_rank_from_context,
     signal_subcategory,
@@ -27,6 +25,7 @@ from diagnose.hang import HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
 from diagnose.rankset import format_ranks
+from diagnose.refine import PHASE_CATEGORY
 from diagnose.tracebacks import SIGNAL_NAMES
 
 MAX_EVIDENCE = 12

@@ -1,0 +1,78 @@
+"""What the decision works on: one observation of a failure (a candidate) and the same failure seen on
+many ranks or in many copies (an incident)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import regex
+
+from diagnose.patterns import Pattern
+
+Row = dict[str, Any]
+_DIGITS = regex.compile(r"\d+")
+GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
+
+
+@dataclass
+class Candidate:
+    """One observation of a failure on one rank."""
+
+    pattern: Pattern | None
+    role: str
+    category: str
+    subcategory: str | None
+    priority: int
+    text: str
+    rows: list[Row]
+    rank: int | None
+    host: str | None
+    ts: datetime | None
+    file: str
+    line: int
+    code_file: str | None = None
+    code_line: int | None = None
+    from_traceback: bool = False
+    fields: dict[str, str] = field(default_factory=dict)
+    phase: str | None = None
+    rank_inferred: bool = False
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return (self.pattern.id if self.pattern else self.category, _DIGITS.sub("N", self.text)[:300])
+
+
+@dataclass
+class Incident:
+    candidates: list[Candidate]
+
+    @property
+    def first(self) -> Candidate:
+        """The earliest observation; ranks failing within the clock's 1 s resolution count as
+        simultaneous (the same config error on every rank), and then the lowest rank is reported."""
+        timed = [c for c in self.candidates if c.ts is not None]
+        if not timed:
+            # No clock: in one file the earlier line is the earlier event.
+            return min(self.candidates, key=lambda c: (c.file, c.line, c.rank is None, c.rank or 0))
+        start = min(c.ts for c in timed)  # type: ignore[type-var]
+        pool = [c for c in timed if (c.ts - start).total_seconds() <= 1.0]  # type: ignore[operator]
+        return min(pool, key=lambda c: (c.rank is None, c.rank or 0, not c.from_traceback, c.file, c.line))
+
+    @property
+    def phase(self) -> str | None:
+        return next((c.phase for c in sorted(self.candidates, key=order_key) if c.phase), None)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({c.rank for c in self.candidates if c.rank is not None})
+
+    @property
+    def ts(self) -> datetime | None:
+        times = [c.ts for c in self.candidates if c.ts is not None]
+        return min(times) if times else None
+
+
+def order_key(c: Candidate) -> tuple[Any, ...]:
+    return (c.ts is None, c.ts or datetime.max, c.rank is None, c.rank or 0, not c.from_traceback, c.file, c.line)

@@ -1,0 +1,145 @@
+"""Correct a candidate by what was printed around it: the frames it was raised in, the backtrace under a
+crash, the launcher's or srun's report around it, the file a C++ exception came from.
+
+Each rule reads only candidates (no raw text), runs before incidents are formed, and changes a candidate's
+role or category in place; decide.build_candidates applies them in order.
+"""
+
+from __future__ import annotations
+
+import regex
+
+from diagnose.candidates import GENERIC_PRIORITY, Candidate
+
+PHASE_CATEGORY = {
+    "checkpoint_load": "checkpoint",
+    "checkpoint_save": "checkpoint",
+    "data_loading": "data",
+    "arguments": "config",
+    "output_path": "config",
+}
+# Programming errors stay code wherever they are raised: a class without the attribute, a name never
+# defined is a bug in the caller, not bad data or a bad checkpoint. (An attribute of None is different:
+# a value the data or the checkpoint did not provide.)
+_PROGRAMMING_ERROR = regex.compile(
+    r"\s*(?:[\w.]+\.)?(?:AttributeError: (?!'NoneType')|NameError|UnboundLocalError|SyntaxError|NotImplementedError)"
+)
+
+
+def refine_by_phase(candidates: list[Candidate]) -> None:
+    """A generic exception raised while a checkpoint was being loaded, or inside torch's data loading
+    machinery, is a checkpoint or data failure."""
+    refined: dict[tuple[str, str], str] = {}
+    for c in candidates:
+        if (
+            c.from_traceback
+            and c.priority < GENERIC_PRIORITY
+            and c.role == "root"
+            and c.phase in PHASE_CATEGORY
+            and not _PROGRAMMING_ERROR.match(c.text)
+        ):
+            c.category = refined[c.signature] = PHASE_CATEGORY[c.phase]
+    for c in candidates:  # the same line printed again without its traceback (a paste cut above it)
+        if c.signature in refined and c.priority < GENERIC_PRIORITY:
+            c.category = refined[c.signature]
+
+
+_CRASH_PATTERNS = ("segfault", "sigfpe-crash")
+_LIBRARY_FRAME = "cuda-library-frame"
+_BACKTRACE_LINES = 20
+
+
+def refine_native_crashes(candidates: list[Candidate]) -> None:
+    """A signal crash whose native backtrace (printed right after it) runs through cuBLAS/cuDNN is a
+    failure of that CUDA library, not an anonymous kill."""
+    frames = [c for c in candidates if c.pattern is not None and c.pattern.id == _LIBRARY_FRAME]
+    if not frames:
+        return
+    for c in candidates:
+        if c.pattern is None or c.pattern.id not in _CRASH_PATTERNS:
+            continue
+        if any(f.file == c.file and 0 < f.line - c.line <= _BACKTRACE_LINES for f in frames):
+            c.category, c.subcategory = "cuda_error", "library_crash"
+
+
+def refine_bare_asserts(candidates: list[Candidate]) -> None:
+    """A bare `AssertionError` says nothing; the asserted source line just above it in the traceback
+    does (`assert steps % world_size == 0`). A context signature on that line lends its category."""
+    sources = {(c.file, c.line): c for c in candidates if c.role == "context" and c.pattern is not None}
+    for c in candidates:
+        if not c.from_traceback or c.priority >= GENERIC_PRIORITY or c.text.strip() != "AssertionError":
+            continue
+        source = next((sources[(c.file, c.line - k)] for k in (1, 2, 3) if (c.file, c.line - k) in sources), None)
+        if source is not None and source.pattern is not None and source.category != c.category:
+            c.pattern, c.category, c.subcategory = source.pattern, source.category, source.subcategory
+            c.priority, c.fields = source.pattern.priority, source.fields
+
+
+def refine_launcher_reports(candidates: list[Candidate]) -> None:
+    """Launchers' and srun's reports of a worker's failure, and uncaught C++ exceptions, read in context."""
+    _refine_srun_teardown(candidates)
+    _refine_spawn_wrappers(candidates)
+    _refine_cpp_exceptions(candidates)
+
+
+def _refine_srun_teardown(candidates: list[Candidate]) -> None:
+    """When srun itself ends a step (`_step_signal: Terminating StepId=26.0`, after a task died and
+    --kill-on-bad-exit), slurmstepd's `*** STEP 26.0 ... CANCELLED ***` is that teardown, not a cancel from
+    outside; a task srun reported killed just before it is the one whose death started it."""
+    ended = [c for c in candidates if c.pattern is not None and c.pattern.id == "srun-step-terminated"]
+    steps = {c.fields.get("step") for c in ended}
+    for c in candidates:
+        if c.pattern is None:
+            continue
+        if c.pattern.id == "slurm-cancelled" and c.fields.get("job") in steps and not c.fields.get("reason"):
+            c.role, c.subcategory = "symptom", "teardown"
+        elif (
+            c.pattern.id == "srun-task-killed"
+            and c.fields.get("how") == "Killed"
+            and any(e.file == c.file and 0 < e.line - c.line <= _SRUN_BEFORE_END for e in ended)
+        ):
+            c.role, c.priority = "root", SIGNAL_DEATH_PRIORITY
+
+
+_SPAWN_WRAPPER = regex.compile(r"\s*(?:[\w.]*ProcessRaisedException|Exception):\s*$")
+_SPAWN_HEADER_AFTER = 3  # the wrapper's message starts with a blank line, then the header
+
+
+def _refine_spawn_wrappers(candidates: list[Candidate]) -> None:
+    """torch.multiprocessing.spawn re-raises a worker's failure in the parent as `Exception:` (later
+    `ProcessRaisedException:`) whose message is `-- Process 3 terminated with the following error:` and the
+    worker's own traceback: the parent's exception is the launcher reporting, like torchrun's ChildFailedError."""
+    headers = [c for c in candidates if c.pattern is not None and c.pattern.id == "mp-spawn-process-failed"]
+    for c in candidates:
+        if (
+            c.from_traceback
+            and _SPAWN_WRAPPER.match(c.text)
+            and any(h.file == c.file and 0 < h.line - c.line <= _SPAWN_HEADER_AFTER for h in headers)
+        ):
+            c.role, c.category = "context", "killed"  # as torchrun-child-failed
+
+
+_THROWN_IN = (
+    (regex.compile(r"ProcessGroup\w*\.cpp|NCCLUtils|/gloo/|hccl", regex.I), "nccl"),
+    (regex.compile(r"/cuda/|CUDA\w*\.(?:cpp|cu|h)", regex.I), "cuda_error"),
+)
+_ORIGIN_AFTER = 2  # `what():` then `Exception raised from F at FILE:N` on the next line
+
+
+def _refine_cpp_exceptions(candidates: list[Candidate]) -> None:
+    """An uncaught C++ exception's what() line takes its category from the file that threw it, named just
+    under it (`Exception raised from getHCCLDataSize at .../ProcessGroupHCCL.cpp`): a process group's
+    failure is a communication failure, a CUDA source's a CUDA error."""
+    origins = [c for c in candidates if c.pattern is not None and c.pattern.id == "cpp-exception-origin"]
+    for c in candidates:
+        if c.pattern is None or c.pattern.id != "cpp-uncaught-exception":
+            continue
+        below = [o for o in origins if o.file == c.file and 0 < o.line - c.line <= _ORIGIN_AFTER]
+        thrown_in = below[0].fields.get("file", "") if below else ""
+        category = next((cat for pattern, cat in _THROWN_IN if pattern.search(thrown_in)), None)
+        if category is not None:
+            c.category, c.subcategory = category, None
+
+
+_SRUN_BEFORE_END = 3  # srun reports the dead task, then at once terminates the step
+SIGNAL_DEATH_PRIORITY = 45  # as a signal death from torchrun's summary
