@@ -105,6 +105,9 @@ SCENARIOS = {
     "compile-graph-break": ("rest", dict(plan={"1": {FAIL_STEP: {"compiled_stats": True}}}), {}, []),
     "gather-out-of-bounds": ("rest", dict(unchecked_embedding=True, plan={"1": {FAIL_STEP: {"token_offset": 2**30}}}),
                        {}, []),
+    # batch 8 (device run 11)
+    "gather-size-mismatch": ("rest", dict(gather_numel=4, plan={"1": {FAIL_STEP: {"gather_numel": 5}}}), {}, []),
+    "fsdp-frozen-embedding": ("rest", dict(fsdp=True, fsdp_orig_params=False, frozen=["embed"]), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -114,7 +117,8 @@ TERMINATE_AFTER = {"external-sigterm": 40}
 GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forward-fragmented",
             "oom-forward-hang", "invalid-address-space",
             "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
-            "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu"}
+            "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu", "gather-size-mismatch",
+            "fsdp-frozen-embedding"}
 
 
 def resolve(value, profile, job):

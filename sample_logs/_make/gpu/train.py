@@ -293,10 +293,13 @@ def main():
 
     model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
                     cfg.get("fused_embedding", False), cfg.get("unchecked_embedding", False)).to(device)
+    for name, param in model.named_parameters():  # layers kept frozen while the rest fine-tunes
+        if any(name.startswith(prefix) for prefix in cfg.get("frozen", [])):
+            param.requires_grad_(False)
     if cfg.get("fsdp"):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-        model = FSDP(model, device_id=device.index, use_orig_params=True)
+        model = FSDP(model, device_id=device.index, use_orig_params=cfg.get("fsdp_orig_params", True))
     else:
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
@@ -353,6 +356,11 @@ def main():
             val = evaluate(model, cfg, rank, step, device)
             if rank == 0:
                 print(f"step {step} | val loss {val:.4f}", flush=True)
+        gather_numel = plan_for(cfg, rank, step).get("gather_numel", cfg.get("gather_numel"))
+        if gather_numel:  # per-rank token counts gathered for logging, one slot of 4 per rank
+            counts = torch.ones(gather_numel, device=device)
+            gathered = torch.empty(world * 4, device=device)
+            dist.all_gather_into_tensor(gathered, counts)
         loss_value = loss.item()
         save_to = plan_for(cfg, rank, step).get("save_to")
         if save_to:
