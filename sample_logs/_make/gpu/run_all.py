@@ -108,6 +108,11 @@ SCENARIOS = {
     # batch 8 (device run 11)
     "gather-size-mismatch": ("rest", dict(gather_numel=4, plan={"1": {FAIL_STEP: {"gather_numel": 5}}}), {}, []),
     "fsdp-frozen-embedding": ("rest", dict(fsdp=True, fsdp_orig_params=False, frozen=["embed"]), {}, []),
+    # batch 9 (device run 12)
+    "optimizer-groups-resume": ("rest", dict(plan={"0": {"2": {"save_optimizer": "{job}/optimizer.pt"}},
+                                                   "1": {FAIL_STEP: {"reload_optimizer": "{job}/optimizer.pt"}}}),
+                                {}, []),
+    "backward-twice": ("rest", dict(plan={"1": {FAIL_STEP: {"backward_again": True}}}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

@@ -345,6 +345,15 @@ def main():
             stats_fn(logits.detach())
         loss.backward()
         step_plan = plan_for(cfg, rank, step)
+        if step_plan.get("backward_again"):  # a second loss term backpropagated through the same graph
+            loss.backward()
+        if step_plan.get("save_optimizer"):
+            torch.save(opt.state_dict(), step_plan["save_optimizer"])
+        if step_plan.get("reload_optimizer"):  # resume into an optimizer built with weight-decay groups
+            decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+            no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+            opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
+            opt.load_state_dict(torch.load(step_plan["reload_optimizer"], map_location=device))
         if step_plan.get("leave_free_mib") is not None and device.type == "cuda":  # another tenant fills the GPU
             free, _ = torch.cuda.mem_get_info(device)
             hog = torch.empty(free - step_plan["leave_free_mib"] * 2**20, dtype=torch.uint8, device=device)  # noqa: F841
