@@ -113,6 +113,11 @@ SCENARIOS = {
                                                    "1": {FAIL_STEP: {"reload_optimizer": "{job}/optimizer.pt"}}}),
                                 {}, []),
     "backward-twice": ("rest", dict(plan={"1": {FAIL_STEP: {"backward_again": True}}}), {}, []),
+    # batch 10 (device run 13)
+    "labels-on-cpu": ("rest", dict(plan={"1": {FAIL_STEP: {"labels_on_cpu": True}}}), {}, []),
+    "load-onto-missing-gpu": ("rest", dict(plan={"0": {"2": {"save_weights_without": ["{job}/export.pt", "none"]}},
+                                                 "1": {FAIL_STEP: {"reload_onto": ["{job}/export.pt", "cuda:3"]}}}),
+                              {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -123,7 +128,7 @@ GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forwar
             "oom-forward-hang", "invalid-address-space",
             "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
             "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu", "gather-size-mismatch",
-            "fsdp-frozen-embedding"}
+            "fsdp-frozen-embedding", "labels-on-cpu", "load-onto-missing-gpu"}
 
 
 def resolve(value, profile, job):

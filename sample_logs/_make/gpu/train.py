@@ -338,6 +338,8 @@ def main():
             tokens, labels = window[:, :-1], window[:, 1:]
         else:
             tokens, labels = get_batch(cfg, rank, step, device)
+        if plan_for(cfg, rank, step).get("labels_on_cpu"):  # a new loss path forgets to move the labels
+            labels = labels.cpu()
         logits = model(tokens)
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
         if plan_for(cfg, rank, step).get("compiled_stats"):
@@ -359,6 +361,9 @@ def main():
             hog = torch.empty(free - step_plan["leave_free_mib"] * 2**20, dtype=torch.uint8, device=device)  # noqa: F841
         if step_plan.get("reload"):  # re-read the weights another rank wrote
             model.module.load_state_dict(torch.load(step_plan["reload"], map_location=device))
+        if step_plan.get("reload_onto"):  # weights loaded onto the device index a config names
+            path, target = step_plan["reload_onto"]
+            model.module.load_state_dict(torch.load(path, map_location=target))
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step % cfg.get("eval_every", 10**9) == 0:
