@@ -118,6 +118,9 @@ SCENARIOS = {
     "load-onto-missing-gpu": ("rest", dict(plan={"0": {"2": {"save_weights_without": ["{job}/export.pt", "none"]}},
                                                  "1": {FAIL_STEP: {"reload_onto": ["{job}/export.pt", "cuda:3"]}}}),
                               {}, []),
+    # batch 11 (device run 14): NCCL settings that do not fit the machine
+    "nccl-net-ib-missing": ("rest", {}, {"NCCL_NET": "IB"}, []),
+    "nccl-algo-unknown": ("rest", {}, {"NCCL_ALGO": "NoSuchAlgo"}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -128,7 +131,8 @@ GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forwar
             "oom-forward-hang", "invalid-address-space",
             "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
             "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu", "gather-size-mismatch",
-            "fsdp-frozen-embedding", "labels-on-cpu", "load-onto-missing-gpu"}
+            "fsdp-frozen-embedding", "labels-on-cpu", "load-onto-missing-gpu", "nccl-net-ib-missing",
+            "nccl-algo-unknown"}
 
 
 def resolve(value, profile, job):
