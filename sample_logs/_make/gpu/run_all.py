@@ -121,6 +121,9 @@ SCENARIOS = {
     # batch 11 (device run 14): NCCL settings that do not fit the machine
     "nccl-net-ib-missing": ("rest", {}, {"NCCL_NET": "IB"}, []),
     "nccl-algo-unknown": ("rest", {}, {"NCCL_ALGO": "NoSuchAlgo"}, []),
+    # batch 12 (device run 15)
+    "ddp-unused-head": ("rest", dict(value_head=True, plan={"1": {FAIL_STEP: {"skip_value_head": True}}}), {}, []),
+    "resume-missing-checkpoint": ("rest", dict(resume_from="{job}/checkpoints/latest.pt"), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

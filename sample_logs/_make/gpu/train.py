@@ -68,8 +68,11 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab, dim, heads, layers, softcap=None, fused_embedding=False, unchecked_embedding=False):
+    def __init__(self, vocab, dim, heads, layers, softcap=None, fused_embedding=False, unchecked_embedding=False,
+                 value_head=False):
         super().__init__()
+        self.value_head = nn.Linear(dim, 1) if value_head else None  # an auxiliary head some steps skip
+        self.skip_value_head = False
         self.fused_embedding = fused_embedding
         self.unchecked_embedding = unchecked_embedding
         self.embed = nn.Embedding(vocab, dim)
@@ -86,7 +89,10 @@ class TinyGPT(nn.Module):
             x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        out = self.head(self.norm(x))
+        if self.value_head is not None and not self.skip_value_head:
+            out = out + 0.0 * self.value_head(x).mean()
+        return out
 
 
 try:
@@ -292,7 +298,10 @@ def main():
                   flush=True)
 
     model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
-                    cfg.get("fused_embedding", False), cfg.get("unchecked_embedding", False)).to(device)
+                    cfg.get("fused_embedding", False), cfg.get("unchecked_embedding", False),
+                    cfg.get("value_head", False)).to(device)
+    if cfg.get("resume_from"):  # the run resumes from the checkpoint its config names
+        model.load_state_dict(torch.load(cfg["resume_from"], map_location=device)["model"])
     for name, param in model.named_parameters():  # layers kept frozen while the rest fine-tunes
         if any(name.startswith(prefix) for prefix in cfg.get("frozen", [])):
             param.requires_grad_(False)
@@ -338,6 +347,8 @@ def main():
             tokens, labels = window[:, :-1], window[:, 1:]
         else:
             tokens, labels = get_batch(cfg, rank, step, device)
+        if cfg.get("value_head"):  # this step's batch has no value targets on some rank
+            model.module.skip_value_head = bool(plan_for(cfg, rank, step).get("skip_value_head"))
         if plan_for(cfg, rank, step).get("labels_on_cpu"):  # a new loss path forgets to move the labels
             labels = labels.cpu()
         logits = model(tokens)
