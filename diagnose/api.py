@@ -26,7 +26,7 @@ from diagnose.hang import analyze_hang, ranks_that_left
 from diagnose.ingest import ingest
 from diagnose.model import Diagnosis, Inputs, JobInfo, RankSummary
 from diagnose.patterns import Pattern, load_patterns, pattern_dirs
-from diagnose.ranks import census_ranks, resolve_ranks
+from diagnose.ranks import census_ranks, resolve_ranks, srun_reported_ranks
 from diagnose.scan import Scanner
 from diagnose.slurm import job_info
 from diagnose.summarize import build_evidence, build_symptoms, build_verdict, related_incidents
@@ -88,6 +88,7 @@ def analyze(
     printed_world = int(config["world_size"]) if config.get("world_size", "").isdigit() else 0
     expected = set(range(max(max(seen) + 1 if seen else 0, printed_world)))
     launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
+    launcher_failed |= srun_reported_ranks(events, rank_map)
     hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
     left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
     excerpt = job is None and _is_excerpt(found_files)

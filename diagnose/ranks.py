@@ -133,6 +133,22 @@ def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
 
 
 _SRUN_TASK_LINE = r"srun: error: [^:\s]+: task (\d+): "  # one task named, whatever signature the line matched
+_SRUN_REPORTS = ("srun-task-exit-code", "srun-task-killed")
+
+
+def srun_reported_ranks(events: pl.DataFrame, mapping: RankMap) -> set[int]:
+    """The ranks srun reported as exited or killed (`srun: error: vm: tasks 0-4: Terminated`), when srun runs
+    one task per rank: like torchrun's failure summary, what the launcher saw end."""
+    if not mapping.task_is_rank:
+        return set()
+    reported: set[int] = set()
+    rows = events.filter(pl.col("pattern").is_in(_SRUN_REPORTS))
+    for fields in rows.get_column("fields").to_list():
+        for part in json.loads(fields or "{}").get("tasks", "").split(","):
+            low, _, high = part.partition("-")
+            if low.isdigit() and (high.isdigit() or not high):
+                reported.update(range(int(low), int(high or low) + 1))
+    return reported
 
 
 def _ranks_by_nccl_comm(frame: pl.DataFrame) -> pl.DataFrame:

@@ -5,7 +5,8 @@
 #            checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node
 #            combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
 #            combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
-#            combined-checkpoint-truncated
+#            combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
+#            srun-per-rank-early-exit
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -22,7 +23,8 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     checkpoint-truncated dataloader-worker-killed code-keyerror time-limit early-exit import-one-node
     combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
     combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
-    combined-checkpoint-truncated)
+    combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
+    srun-per-rank-early-exit)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -168,6 +170,17 @@ scenario() {
             truncated_ckpt
             LAYOUT=combined run combined-checkpoint-truncated \
                 "$(config "{\"load\": \"$WORK/ckpt-resume\", \"train_iters\": 40}" '{}')" ;;
+        combined-megatron-tp-heads) # as megatron-tp-heads (12 heads over tensor parallel size 8), combined layout
+            LAYOUT=combined run combined-megatron-tp-heads "$(config '{"use_mcore_models": true, "num_layers": 2,
+                "hidden_size": 768, "num_attention_heads": 12, "ffn_hidden_size": 3072, "seq_length": 1024,
+                "max_position_embeddings": 1024, "tensor_model_parallel_size": 8,
+                "pipeline_model_parallel_size": 1, "context_parallel_size": 1, "global_batch_size": 64,
+                "bf16": false, "fp16": false, "tokenizer_type": "GPT2BPETokenizer"}' '{}')" ;;
+        per-task-dataloader-worker-killed) # as dataloader-worker-killed (rank 1's worker dies), per-task layout
+            LAYOUT=per-task run per-task-dataloader-worker-killed \
+                "$(config '{}' '{"1": {"worker_sigkill_at": 40}}')" ;;
+        srun-per-rank-early-exit) # as early-exit (rank 6 returns after 8 iterations), eight srun tasks, no torchrun
+            LAYOUT=srun-per-rank run srun-per-rank-early-exit "$(config '{}' '{"6": {"stop_after": 8}}')" --ntasks=8 ;;
         time-limit)
             run time-limit "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" \
                 --time=00:01:00 ;;
