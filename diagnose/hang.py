@@ -102,14 +102,13 @@ def analyze_hang(
     bystanders = seen - victims if victims and expected and seen >= expected and _whole_world(expected) else set()
     if len(bystanders) > len(victims):
         bystanders = set()
-    signatures = {(e.get("seq"), e.get("op"), e.get("numel_in")) for e in per_rank.values() if e.get("seq")}
-    reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
-    subcategory = "desync" if len(signatures) > 1 or reported_desync else None
-    # the one rank whose collective differs from what several others wait in took another code path
-    by_signature: dict[tuple[object, ...], set[int]] = {}
+    by_signature: dict[tuple[object, ...], set[int]] = {}  # (SeqNum, op, size) -> the ranks waiting in it
     for r, e in per_rank.items():
         if e.get("seq"):
             by_signature.setdefault((e.get("seq"), e.get("op"), e.get("numel_in")), set()).add(r)
+    reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
+    subcategory = "desync" if len(by_signature) > 1 or reported_desync else None
+    # the one rank whose collective differs from what several others wait in took another code path
     odd_one: set[int] = set()
     if len(by_signature) == 2 and sorted(len(ranks) for ranks in by_signature.values())[0] == 1:
         alone, crowd = sorted(by_signature.values(), key=len)

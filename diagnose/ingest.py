@@ -22,6 +22,7 @@ import regex
 
 from diagnose.discover import LogFile
 from diagnose.prefixes import EMPTY, Prefix, split_prefix
+from diagnose.rankset import parse_ranks
 from diagnose.readers import read_log
 from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
@@ -286,7 +287,7 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
         key = _PROCESS_RANK_PATTERNS.get(row.get("pattern") or "")
         if key is not None:
             value = json.loads(row["fields"]).get(key, "")
-            named.update(int(v) for v in value.replace(" ", "").split(",") if v.isdigit())
+            named |= parse_ranks(value)
     if len(named) != 1 or any(
         r["rank"] is not None or r["local_rank"] is not None or r["task"] is not None
         for r in rows

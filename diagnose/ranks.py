@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from diagnose.rankset import parse_ranks
+
 Census = set[tuple[int | None, int | None, int | None]]
 _TYPICAL_NODE = 8
 
@@ -133,7 +135,7 @@ def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
 
 
 _SRUN_TASK_LINE = r"srun: error: [^:\s]+: task (\d+): "  # one task named, whatever signature the line matched
-_SRUN_REPORTS = ("srun-task-exit-code", "srun-task-killed")
+SRUN_TASK_REPORTS = frozenset({"srun-task-exit-code", "srun-task-killed"})  # srun's per-task end lines
 
 
 def srun_reported_ranks(events: pl.DataFrame, mapping: RankMap) -> set[int]:
@@ -142,12 +144,9 @@ def srun_reported_ranks(events: pl.DataFrame, mapping: RankMap) -> set[int]:
     if not mapping.task_is_rank:
         return set()
     reported: set[int] = set()
-    rows = events.filter(pl.col("pattern").is_in(_SRUN_REPORTS))
+    rows = events.filter(pl.col("pattern").is_in(list(SRUN_TASK_REPORTS)))
     for fields in rows.get_column("fields").to_list():
-        for part in json.loads(fields or "{}").get("tasks", "").split(","):
-            low, _, high = part.partition("-")
-            if low.isdigit() and (high.isdigit() or not high):
-                reported.update(range(int(low), int(high or low) + 1))
+        reported |= parse_ranks(json.loads(fields or "{}").get("tasks", ""))
     return reported
 
 

@@ -8,6 +8,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
+def parse_ranks(text: str) -> set[int]:
+    """The inverse, as launchers print rank lists (srun's `tasks 0-4,7`, `global_ranks=[0, 1]`); pieces that
+    are not ranks are skipped."""
+    ranks: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and (high.isdigit() or not high):
+            ranks.update(range(int(low), int(high or low) + 1))
+    return ranks
+
+
 def format_ranks(ranks: Iterable[int]) -> str:
     ordered = sorted(set(ranks))
     runs: list[tuple[int, int]] = []

@@ -24,6 +24,7 @@ from diagnose.decide import (
 from diagnose.hang import HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
+from diagnose.ranks import SRUN_TASK_REPORTS
 from diagnose.rankset import format_ranks
 from diagnose.refine import PHASE_CATEGORY
 from diagnose.tracebacks import SIGNAL_NAMES
@@ -33,7 +34,6 @@ _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
 _DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
-_SRUN_TASK_REPORTS = frozenset({"srun-task-killed", "srun-task-exit-code"})
 _LAST_ERROR_LINES = 8  # error line, its ncclInvalidUsage-style gloss, "Last error:", the detail, blanks between
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
@@ -288,8 +288,8 @@ def _local_only(candidate: Candidate) -> str:
 
 def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     """NCCL's WARN lines (NCCL failures, and its own CUDA out-of-memory) carry host, pid and device but no
-    rank, and a kernel's assertion carries none; the traceback the same process prints right after them (`[rank9]: Traceback ...`, often cut off in
-    a paste) does."""
+    rank, and a kernel's assertion carries none; the traceback the same process prints right after them
+    (`[rank9]: Traceback ...`, often cut off in a paste) does."""
     # a kernel's `Assertion ... failed` printf comes from the process whose traceback follows, unprefixed too
     kernel_assert = first.pattern is not None and first.pattern.id == "device-side-assert"
     if first.from_traceback or ("WARN" not in first.text and not kernel_assert):
@@ -321,7 +321,7 @@ def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:
         and (
             (c.role == "root" and c.pattern.priority >= first.priority)
             or (c.role == "context" and "rank" in c.fields)  # a runtime's header naming the rank (torch_npu)
-            or (c.pattern.id in _SRUN_TASK_REPORTS and c.rank is not None)  # srun: `task 0: Out Of Memory`
+            or c.pattern.id in SRUN_TASK_REPORTS  # srun: `task 0: Out Of Memory`
         )
     }
     return sorted(near) if len(near) == 1 else []
@@ -359,7 +359,7 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
             return min(raised, key=lambda c: c.line).text
     if first.pattern is None and first.category == "killed":
         # a signal death known from an exit record: quote the launcher's line that reports it, if one was printed
-        code = first.text.removeprefix("exitcode ").split(" ", 1)[0]
+        code = str(first.rows[0]["exitcode"]) if first.rows else None
         reports = [
             c for c in candidates if c.pattern is not None and c.fields.get("exitcode") == code and c.rank == first.rank
         ]

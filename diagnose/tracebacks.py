@@ -218,7 +218,7 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
         elif (m := _FRAME.fullmatch(text)) is not None:
             if base is None:
                 base = max(_indent(text) - 2, 0)
-            frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
+            frames.append(_frame(m))
             continue
         elif _indent(text) > (base or 0) or stripped.startswith(("^", "~", "[Previous line repeated")):
             if frames and not stripped.startswith(("^", "~", "[Previous line repeated")):
@@ -387,6 +387,15 @@ def parse_error_json(data: bytes) -> ErrorFile | None:
         return None
 
 
+def _frame(m: regex.Match[str]) -> Frame:
+    return Frame(m["path"], int(m["line"]), (m["func"] or "").strip())
+
+
+def _line_text(data: bytes, start: int) -> str:
+    """The line starting at `start`, without its prefixes: the exception line of a headless traceback."""
+    return split_prefix(data[start : data.find(b"\n", start)].decode("utf-8", "replace"))[1].strip()
+
+
 def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback | None:
     """The frames printed just above a bare exception line whose Traceback header was cut from a paste.
 
@@ -405,14 +414,13 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
         if text.strip().startswith("Traceback (most recent call last)"):
             return None  # a real header: the forward parser owns this traceback
         if (m := _FRAME.fullmatch(text)) is not None:
-            frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
+            frames.append(_frame(m))
             first = line_no - offset
         elif not text[:1].isspace():
             break
     if not frames:
         return None
-    stripped = data[start : data.find(b"\n", start)].decode("utf-8", "replace")
-    exception = split_prefix(stripped)[1].strip()
+    exception = _line_text(data, start)
     return Traceback(first, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))
 
 
@@ -432,7 +440,7 @@ def frames_below(data: bytes, start: int, line_no: int, prefix: Prefix, upside_d
         if not stripped or stripped.startswith("Traceback (most recent call last)"):
             break
         if (m := _FRAME.fullmatch(text)) is not None:
-            frames.append(Frame(m["path"], int(m["line"]), (m["func"] or "").strip()))
+            frames.append(_frame(m))
             last = number
         elif not frames and number - line_no > 2:
             return None  # nothing frame-like right under the exception line
@@ -440,7 +448,6 @@ def frames_below(data: bytes, start: int, line_no: int, prefix: Prefix, upside_d
             break
     if len(frames) < 2:
         return None
-    raw = data[start : data.find(b"\n", start)].decode("utf-8", "replace")
-    exception = split_prefix(raw)[1].strip()
+    exception = _line_text(data, start)
     stack = tuple(reversed(frames)) if upside_down else tuple(frames)
     return Traceback(line_no, line_no, prefix, stack, exception, _exception_type(exception))

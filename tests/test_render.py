@@ -18,6 +18,7 @@ from rich.cells import cell_len
 
 from diagnose.api import analyze
 from diagnose.model import Diagnosis, Evidence, Fix, Inputs, JobInfo, Location, RankSummary, Symptom, Verdict
+from diagnose.rankset import format_ranks, parse_ranks
 from diagnose.render.markdown import render_markdown
 from diagnose.render.terminal import render_terminal
 
@@ -212,3 +213,17 @@ def test_empty_diagnosis_fields_render(paths: list[str]) -> None:
     diagnosis = Diagnosis(inputs=Inputs(tuple(paths), 0, 0), verdict=Verdict(category="unknown", title=""))
     assert render_markdown(diagnosis)
     assert render_terminal(diagnosis, width=80, color=False, capture=True)
+
+
+@given(st.sets(st.integers(min_value=0, max_value=4096), max_size=64))
+def test_rank_ranges_read_back_as_written(ranks: set[int]) -> None:
+    """`0-3,7` as reports print it and as srun prints task lists reads back to the same ranks."""
+    assert parse_ranks(format_ranks(ranks)) == ranks
+
+
+def test_rank_lists_as_launchers_print_them() -> None:
+    # srun's `tasks 0-1,3-7: Terminated` (sample_logs/slurm-srun-per-rank-sigkill) and torchelastic's
+    # `global_ranks=[0, 1]`; pieces that are not ranks are skipped
+    assert parse_ranks("0-1,3-7") == {0, 1, 3, 4, 5, 6, 7}
+    assert parse_ranks("0, 1") == {0, 1}
+    assert parse_ranks("-1,x,2") == {2}
