@@ -176,6 +176,19 @@ RUN_CONFIG_KEYS = (
 )
 
 
+_WORLD_SIZE_FIELDS = ("world_size", "world_size2", "world_size3", "world_size4", "world")
+
+
+def announced_world_size(candidates: list[Candidate], config: dict[str, str]) -> int:
+    """The largest world size any process stated (0 if none): global ranks run 0..N-1, so ranks above every
+    one that wrote a line, or a rank that left without a word, still count as expected."""
+    sizes = [int(config["world_size"])] if config.get("world_size", "").isdigit() else []
+    for c in candidates:
+        if c.role == "context":
+            sizes += [int(v) for key in _WORLD_SIZE_FIELDS if (v := c.fields.get(key)) and v.isdigit()]
+    return max(sizes, default=0)
+
+
 def run_config(candidates: list[Candidate]) -> dict[str, str]:
     """The settings an OOM or divisibility error must be read against, from `name ..... value` lines."""
     found: dict[str, str] = {}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnose import __version__
-from diagnose.advise import advise, early_exit_fixes, run_config
+from diagnose.advise import advise, announced_world_size, early_exit_fixes, run_config
 from diagnose.decide import (
     build_candidates,
     choose_root,
@@ -83,9 +83,9 @@ def analyze(
     root = choose_root(incidents)
     seen = set(events.get_column("grank").drop_nulls().to_list()) | census_ranks(ingested.census, rank_map)
     config = run_config(candidates)
-    # Global ranks are 0..WORLD_SIZE-1: the world size Megatron printed, else up to the highest rank seen (a
+    # Global ranks are 0..WORLD_SIZE-1: the world size a process printed, else up to the highest rank seen (a
     # printed size also shows ranks above every one that wrote a line, which went silent).
-    printed_world = int(config["world_size"]) if config.get("world_size", "").isdigit() else 0
+    printed_world = announced_world_size(candidates, config)
     expected = set(range(max(max(seen) + 1 if seen else 0, printed_world)))
     launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
     launcher_failed |= srun_reported_ranks(events, rank_map)

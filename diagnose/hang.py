@@ -146,7 +146,13 @@ def analyze_hang(
     elif launcher_failed and victims and seen <= victims and launcher_failed <= victims:
         # A collective needs at least one more rank than the ones seen waiting; the launcher reported no other
         # failure and stopped no other worker, so those ranks had already exited: their number is not logged.
-        suspects, reason = set(), "the ranks it waited for are not in these logs and had already exited"
+        # Those ranks are the silent ones when a printed world size says which exist.
+        suspects = silent
+        reason = (
+            "printed nothing and was not reported by the launcher: it had already exited"
+            if silent
+            else "the ranks it waited for are not in these logs and had already exited"
+        )
         subcategory = subcategory or "early_exit"
     else:
         suspects, reason = set(), "every rank timed out; no rank stands out"

@@ -111,7 +111,8 @@ def build_verdict(
             what = hang.reason
         telling = hang.telling
         if hang.victims:
-            title = f"Collective timeout on ranks {format_ranks(hang.victims)}: {what}"
+            noun = "rank" if len(hang.victims) == 1 else "ranks"
+            title = f"Collective timeout on {noun} {format_ranks(hang.victims)}: {what}"
         else:
             title = (
                 f"{telling.pattern.title if telling and telling.pattern else 'Ranks stopped making progress'}: {what}"

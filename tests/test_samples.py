@@ -21,13 +21,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 CASES = sorted(p.parent for p in SAMPLES.glob("*/expected.toml"))
 
 # Samples the engine does not get right yet, with why. Remove an entry once it passes (strict xfail).
-KNOWN_GAPS: dict[str, str] = {
-    "gpu-console-early-exit-hang": (
-        "rank 1 returns early and exits 0; in one unprefixed console nothing names it (its files are not there, "
-        "torchrun lists no other failure and prints no world size), so rank 0's timeout leaves the hang without a "
-        "suspect rank; the same run with a --log-dir tree (gpu-early-exit-hang) names rank 1"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _normalise(text: str | None) -> str:
