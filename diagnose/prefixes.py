@@ -52,6 +52,13 @@ _CTIME = regex.compile(
 # a logging format with the rank as its first column: ParlAI's `rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | msg`
 _RANK_COLUMN = regex.compile(r"rank:\s{0,3}(\d{1,7}) \| ")
 _LEVEL_COLUMN = regex.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \| ")
+# OLMo's logging header: `CRITICAL [olmo.util:158, rank=0] msg` (the level may be padded)
+_SOURCE_RANK = regex.compile(
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s{1,8})?\[[\w.]{1,80}:\d{1,6}, rank=(\d{1,7})\] "
+)
+# SGLang's per-process logger: `[2025-02-24 14:09:34 TP14] msg`; without DP or PP parts the TP rank is the
+# process's rank in the one tensor-parallel group
+_SGLANG = regex.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) TP(\d{1,5})(?: EP\d{1,5})?\] ")
 _BRACKET_LEVEL = regex.compile(r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ")  # `[INFO] OSError: ...`
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
@@ -140,8 +147,12 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0)[1:2]
         elif (m := _RAY_CPP.match(line, pos)) is not None:
             level, time = level or m.group(1), time or m.group(0)
+        elif (m := _SGLANG.match(line, pos)) is not None:
+            rank, time = int(m.group(2)) if rank is None else rank, time or m.group(1)
         elif (m := _CTIME.match(line, pos)) is not None or (m := _STAMP.match(line, pos)) is not None:
             time = time or m.group(0)
+        elif (m := _SOURCE_RANK.match(line, pos)) is not None:
+            rank = int(m.group(1)) if rank is None else rank
         elif (m := _LEVEL.match(line, pos)) is not None:
             level = level or m.group(0).strip()[:1]
         elif (m := _DMESG.match(line, pos)) is not None:

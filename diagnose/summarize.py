@@ -306,7 +306,15 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     if before is not None:
         after = after.filter(pl.col("line") < before)
     owners = set(after.get_column("grank").drop_nulls().to_list())
-    return sorted(owners) if len(owners) == 1 else []
+    if len(owners) != 1:
+        return []
+    # With NCCL lines of other processes between the WARN and the traceback, the traceback may be any of
+    # theirs: it is the WARN's own only if its rank sits on the WARN's GPU (one process per GPU, in order).
+    row = first.rows[0] if first.rows else {}
+    between = near.filter(pl.col("line") < after.get_column("line").min()).get_column("pid").drop_nulls()
+    if row.get("pid") is not None and any(p != row["pid"] for p in between.to_list()):
+        return sorted(owners) if owners == {row.get("device")} else []
+    return sorted(owners)
 
 
 def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:

@@ -51,12 +51,10 @@ class Traceback:
     @property
     def user_frame(self) -> Frame | None:
         """Innermost frame outside installed packages: where a person would start reading."""
-        for frame in reversed(self.frames):
-            if not any(part in frame.path for part in ("site-packages", "dist-packages", "/lib/python3")):
-                return frame
-        return self.frames[-1] if self.frames else None
+        return _innermost_own(self.frames) if self.frames else None
 
 
+_INSTALLED = regex.compile(r"site-packages|dist-packages|/lib/python3")
 _BACKWARD = ("backward", "_engine_run_backward", "run_backward")
 _INIT = (
     "init_process_group",
@@ -97,6 +95,18 @@ def _is_data_module(path: str) -> bool:
     return _DATA_MODULE.search(path.replace("\\", "/")) is not None
 
 
+# a tokenizer library or a project's tokenizer module: reading a vocabulary or merges file
+_TOKENIZER_MODULE = regex.compile(
+    r"/(?:tiktoken|sentencepiece|tokenizers)/|/tokenization_\w+\.py$|/tokenizers?/[^/]+\.py$"
+)
+
+
+def _innermost_own(frames: tuple[Frame, ...]) -> Frame:
+    """The innermost frame of the project itself (not an installed package): a dataset class that called
+    numpy or the filesystem is still where the data was being read."""
+    return next((f for f in reversed(frames) if not _INSTALLED.search(f.path)), frames[-1])
+
+
 _WRITE_MODE = regex.compile(r"""["'][wax]b?\+?["']""")
 
 
@@ -129,7 +139,8 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
     if (
         "torch/utils/data/" in paths
         or "torchvision/datasets/" in paths
-        or (frames and _is_data_module(frames[-1].path))
+        or (frames and (_is_data_module(frames[-1].path) or _TOKENIZER_MODULE.search(frames[-1].path)))
+        or _is_data_module(_innermost_own(frames).path if frames else "")
     ):
         return "data_loading"
     if funcs & set(_BACKWARD) or "torch/autograd/" in paths:

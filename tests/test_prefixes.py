@@ -93,6 +93,22 @@ CASES = [
         "algo-1",
         "Traceback (most recent call last):",
     ),  # SageMaker MPI tag-output
+    (
+        "[2024-04-18 19:10:41] CRITICAL [olmo.util:158, rank=0] Uncaught OLMoThreadError: generator thread data thread 3 failed",
+        0,
+        None,
+        None,
+        None,
+        "Uncaught OLMoThreadError: generator thread data thread 3 failed",
+    ),  # public-olmo-train-data-generator-thread-failed-rank0: OLMo's logging header
+    (
+        "[2025-02-24 14:09:34 TP14] Scheduler hit an exception: Traceback (most recent call last):",
+        14,
+        None,
+        None,
+        None,
+        "Scheduler hit an exception: Traceback (most recent call last):",
+    ),  # public-sglang-2node-nccl-bootstrap-no-route-to-host-tp14: SGLang's per-process header
 ]
 
 
