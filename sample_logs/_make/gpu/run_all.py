@@ -124,6 +124,11 @@ SCENARIOS = {
     # batch 12 (device run 15)
     "ddp-unused-head": ("rest", dict(value_head=True, plan={"1": {FAIL_STEP: {"skip_value_head": True}}}), {}, []),
     "resume-missing-checkpoint": ("rest", dict(resume_from="{job}/checkpoints/latest.pt"), {}, []),
+    # batch 13 (device run 16)
+    "host-alloc-fail": ("rest", dict(plan={"1": {FAIL_STEP: {"staging_bytes": 2**48}}}), {}, []),
+    "flag-on-cpu": ("rest", dict(sync_flags=True, plan={"1": {FAIL_STEP: {"flag_on_cpu": True}}}), {}, []),
+    "ddp-model-mismatch": ("rest", dict(value_head_ranks=[1]), {}, []),
+    "mesh-too-big": ("rest", dict(mesh_shape=[2, 2]), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -135,7 +140,7 @@ GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forwar
             "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
             "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu", "gather-size-mismatch",
             "fsdp-frozen-embedding", "labels-on-cpu", "load-onto-missing-gpu", "nccl-net-ib-missing",
-            "nccl-algo-unknown"}
+            "nccl-algo-unknown", "flag-on-cpu"}
 
 
 def resolve(value, profile, job):

@@ -290,6 +290,10 @@ def main():
         dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(cfg.get("seed", 1234))
+    if cfg.get("mesh_shape"):  # a 2-D (data x tensor) layout written for a bigger job
+        from torch.distributed.device_mesh import init_device_mesh
+
+        init_device_mesh(device.type, tuple(cfg["mesh_shape"]), mesh_dim_names=("dp", "tp"))
 
     if "megatron" in cfg:
         tcfg = setup_megatron(cfg)
@@ -299,7 +303,7 @@ def main():
 
     model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
                     cfg.get("fused_embedding", False), cfg.get("unchecked_embedding", False),
-                    cfg.get("value_head", False)).to(device)
+                    cfg.get("value_head", False) or rank in cfg.get("value_head_ranks", [])).to(device)
     if cfg.get("resume_from"):  # the run resumes from the checkpoint its config names
         model.load_state_dict(torch.load(cfg["resume_from"], map_location=device)["model"])
     for name, param in model.named_parameters():  # layers kept frozen while the rest fine-tunes
@@ -367,6 +371,11 @@ def main():
             no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
             opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
             opt.load_state_dict(torch.load(step_plan["reload_optimizer"], map_location=device))
+        if step_plan.get("staging_bytes"):  # a host staging buffer sized from a corrupt shard header
+            staging = torch.empty(step_plan["staging_bytes"], dtype=torch.uint8)  # noqa: F841
+        if cfg.get("sync_flags"):  # ranks agree each step whether to stop early
+            flag = torch.zeros(1) if step_plan.get("flag_on_cpu") else torch.zeros(1, device=device)
+            dist.all_reduce(flag)
         if step_plan.get("leave_free_mib") is not None and device.type == "cuda":  # another tenant fills the GPU
             free, _ = torch.cuda.mem_get_info(device)
             hog = torch.empty(free - step_plan["leave_free_mib"] * 2**20, dtype=torch.uint8, device=device)  # noqa: F841
