@@ -15,7 +15,7 @@ from diagnose.candidates import Candidate
 
 _TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carrying SeqNum / op / sizes
 _STATUS_PATTERN = "nccl-watchdog-work-status"
-_WAIT_EVIDENCE = 30
+WAIT_EVIDENCE = 30
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ def analyze_hang(
     (None when no launcher report is in the logs)."""
     timeouts = [c for c in candidates if c.pattern is not None and c.pattern.id in _TIMEOUT_PATTERNS]
     # Lines that show a rank waited in a collective. The generic teardown notice (priority below
-    # _WAIT_EVIDENCE) also follows NCCL errors, so alone it does not make a hang.
-    waited = [c for c in candidates if c.role == "symptom" and c.category == "hang" and c.priority >= _WAIT_EVIDENCE]
+    # WAIT_EVIDENCE) also follows NCCL errors, so alone it does not make a hang.
+    waited = [c for c in candidates if c.role == "symptom" and c.category == "hang" and c.priority >= WAIT_EVIDENCE]
     if not waited:
         return None
     per_rank: dict[int, dict[str, object]] = {}

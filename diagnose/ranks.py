@@ -135,7 +135,9 @@ def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
 
 
 _SRUN_TASK_LINE = r"srun: error: [^:\s]+: task (\d+): "  # one task named, whatever signature the line matched
-SRUN_TASK_REPORTS = frozenset({"srun-task-exit-code", "srun-task-killed"})  # srun's per-task end lines
+SRUN_TASK_REPORTS = frozenset(
+    {"srun-task-exit-code", "srun-task-killed", "srun-task-crashed"}
+)  # srun's per-task end lines
 
 
 def srun_reported_ranks(events: pl.DataFrame, mapping: RankMap) -> set[int]:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import cast
 
 import polars as pl
+import regex
 
 from diagnose.candidates import Candidate, Incident
 from diagnose.decide import (
@@ -21,7 +22,7 @@ from diagnose.decide import (
     infer_rank_from_context,
     signal_subcategory,
 )
-from diagnose.hang import HangAnalysis
+from diagnose.hang import WAIT_EVIDENCE, HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
 from diagnose.ranks import SRUN_TASK_REPORTS
@@ -62,6 +63,7 @@ def build_verdict(
             or infer_rank_from_context(root, candidates)
             or _traceback_owner_after(first, events)
             or _rank_of_detail(first, candidates)
+            or _rank_of_raised(first, candidates)
         )
         printed_once = len({(c.file, c.line) for c in root.candidates}) == 1
         if not ranks and (printed_once or first.category not in _EVERY_PROCESS_FAILS):
@@ -151,9 +153,12 @@ def build_verdict(
                 "a rank-dependent early exit, a skipped collective), so the collective it left could never "
                 "complete.",
             )
+        # ProcessGroupNCCL's generic teardown notice ("failed or timed out") alone cannot tell a hang from an NCCL
+        # error: the line that would say which is not in these logs
+        unsure = first.category == "hang" and first.priority < WAIT_EVIDENCE
         return Verdict(
-            category=first.category,
-            subcategory=first.subcategory,
+            category="unknown" if unsure else first.category,
+            subcategory=None if unsure else first.subcategory,
             title=f"{first.pattern.title if first.pattern else first.text} (no rank logged a cause of its own)",
             rank=None,
             ranks=tuple(sorted({c.rank for c in symptoms if c.rank is not None and c.pattern == first.pattern})),
@@ -336,6 +341,11 @@ def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:
     return sorted(near) if len(near) == 1 else []
 
 
+def _rank_of_raised(first: Candidate, candidates: list[Candidate]) -> list[int]:
+    raised = _raised_above(first, candidates)
+    return [raised.rank] if raised is not None and raised.rank is not None else []
+
+
 def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
     """An unattributed error and exactly one rank the launcher saw fail on its own: that rank."""
     failed = {
@@ -346,6 +356,22 @@ def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
     return sorted(failed) if len(failed) == 1 else []
 
 
+def _raised_above(first: Candidate, candidates: list[Candidate]) -> Candidate | None:
+    """An NCCL failure seen as a log line may be the detail ("Last error:", a WARN) of an NCCL error raised
+    just above it: that raised error is what to quote, and its writer's rank is the failure's."""
+    if first.from_traceback or first.category != "nccl":
+        return None
+    raised = [
+        c
+        for c in candidates
+        if c.pattern is not None
+        and c.pattern.id == "nccl-error"
+        and c.file == first.file
+        and 0 < first.line - c.line <= _LAST_ERROR_LINES
+    ]
+    return min(raised, key=lambda c: c.line) if raised else None
+
+
 def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
     """The line to quote as the root cause.
 
@@ -354,18 +380,8 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
     segment, a socket, an IB completion), when that WARN came before it, or at any point when the failure
     itself only says "unhandled cuda/system error" (the WARN is the detail NCCL's code refers to).
     """
-    if not first.from_traceback and first.category == "nccl":
-        # the detail under "Last error:" of an NCCL error printed just above: quote the error, as raised
-        raised = [
-            c
-            for c in candidates
-            if c.pattern is not None
-            and c.pattern.id == "nccl-error"
-            and c.file == first.file
-            and 0 < first.line - c.line <= _LAST_ERROR_LINES
-        ]
-        if raised:
-            return min(raised, key=lambda c: c.line).text
+    if (raised := _raised_above(first, candidates)) is not None:
+        return raised.text
     if first.pattern is None and first.category == "killed":
         # a signal death known from an exit record: quote the launcher's line that reports it, if one was printed
         code = str(first.rows[0]["exitcode"]) if first.rows else None
@@ -389,7 +405,17 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
         ]
         if warns:
             return min(warns, key=lambda c: c.line).text
-    return first.text if first.from_traceback or first.pattern else None
+    return _unglued(first.text, candidates) if first.from_traceback or first.pattern else None
+
+
+# Processes writing one pipe without line buffering glue the next writer's exception type onto the end of a
+# message (`... in dataset_info.json.ValueError`); when the same message was also printed whole, quote that.
+_GLUED_EXCEPTION_TYPE = regex.compile(r"(?<=[.!?)'\"])[A-Z]\w*(?:Error|Exception)$")
+
+
+def _unglued(text: str, candidates: list[Candidate]) -> str:
+    whole = _GLUED_EXCEPTION_TYPE.sub("", text.rstrip())
+    return whole if whole != text.rstrip() and any(c.text.strip() == whole.strip() for c in candidates) else text
 
 
 def _headline(candidate: Candidate) -> str:
