@@ -26,6 +26,7 @@ from diagnose.refine import (
     refine_by_phase,
     refine_launcher_reports,
     refine_native_crashes,
+    refine_retried_lookups,
 )
 from diagnose.tracebacks import SIGNAL_NAMES
 
@@ -132,6 +133,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_bare_asserts(candidates)
     refine_native_crashes(candidates)
     refine_launcher_reports(candidates)
+    refine_retried_lookups(candidates)
     candidates.extend(_duplicate_ranks(candidates))
     refine_by_phase(candidates)
     candidates.extend(_exit_candidates(events, candidates))
@@ -261,6 +263,7 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
         window = [i for i in timed if (i.ts - earliest).total_seconds() <= 1.0]  # type: ignore[operator]
         untimed_better = [i for i in roots if i.ts is None and i.first.priority > max(w.first.priority for w in window)]
         roots = window + untimed_better
+        roots = _before_job_end(window, all_roots) or roots
     # A specific signature beats the generic catch-all; a raised exception beats a bare log line of the
     # same moment (the NCCL WARN explains the DistBackendError, but the exception is what was raised);
     # then the more specific signature (slurmstepd prints "CANCELLED" before the oom_kill that caused
@@ -281,6 +284,24 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
         or _why_worker_died(chosen, all_roots)
         or chosen
     )
+
+
+_JOB_END = ("slurm-time-limit", "slurm-cancelled")
+
+
+def _before_job_end(window: list[Incident], roots: list[Incident]) -> list[Incident]:
+    """When the earliest timed event is SLURM ending the job (a time limit, a cancel), a specific error without
+    a clock printed above it in the same file happened first: the job failed, then sat until the limit (a node
+    whose environment lacks the interpreter, while the others wait at the rendezvous)."""
+    if not all(w.first.pattern is not None and w.first.pattern.id in _JOB_END for w in window):
+        return []
+    return [
+        i
+        for i in roots
+        if i.ts is None
+        and i.first.priority >= GENERIC_PRIORITY
+        and any(i.first.file == w.first.file and i.first.line < w.first.line for w in window)
+    ]
 
 
 _UNEXPLAINED_DEATHS = ("ray-worker-died",)

@@ -78,6 +78,9 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
     return RankMap(stream, tuple(sorted(nodes, key=str)), per_node, single, _task_is_rank(events, census, per_node))
 
 
+_LAUNCHER_BANNER = "torchrun-start-banner"  # torchrun's start-up banner: a launcher below srun
+
+
 def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) -> bool:
     """`srun --label` with no launcher below it (one srun task per GPU, Megatron's classic SLURM recipe)
     makes the task id the global rank. A torchrun per node would show itself through local ranks or its
@@ -85,6 +88,7 @@ def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) ->
     below = any(
         task is not None and (local is not None or (rank is not None and rank != task)) for task, local, rank in census
     )
+    below = below or events.filter((pl.col("pattern") == _LAUNCHER_BANNER) & pl.col("task").is_not_null()).height > 0
     if per_node is not None or below:
         return False
     tasks = events.filter(pl.col("task").is_not_null())

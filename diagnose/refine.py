@@ -17,6 +17,7 @@ PHASE_CATEGORY = {
     "data_loading": "data",
     "arguments": "config",
     "output_path": "config",
+    "rendezvous": "nccl",
 }
 # Programming errors stay code wherever they are raised: a class without the attribute, a name never
 # defined is a bug in the caller, not bad data or a bad checkpoint. (An attribute of None is different:
@@ -73,6 +74,24 @@ def refine_bare_asserts(candidates: list[Candidate]) -> None:
         if source is not None and source.pattern is not None and source.category != c.category:
             c.pattern, c.category, c.subcategory = source.pattern, source.category, source.subcategory
             c.priority, c.fields = source.pattern.priority, source.fields
+
+
+_RETRIED_LOOKUP = "rendezvous-address-unresolved"
+_RETRIES = 3  # a lookup failing this often for one address is a retry loop, not a one-off IPv6 miss
+
+
+def refine_retried_lookups(candidates: list[Candidate]) -> None:
+    """c10d warns on every failed lookup of the rendezvous address while it retries. One warning is often
+    harmless (no IPv6 record for a host IPv4 reaches); the same address failing again and again is a job that
+    never reached its master, and that is why it died (the time limit or rendezvous timeout comes after)."""
+    lookups = [c for c in candidates if c.pattern is not None and c.pattern.id == _RETRIED_LOOKUP]
+    counts: dict[tuple[str | None, str | None], int] = {}
+    for c in lookups:
+        key = (c.fields.get("host"), c.fields.get("port"))
+        counts[key] = counts.get(key, 0) + 1
+    for c in lookups:
+        if counts[(c.fields.get("host"), c.fields.get("port"))] >= _RETRIES:
+            c.role = "root"
 
 
 def refine_launcher_reports(candidates: list[Candidate]) -> None:

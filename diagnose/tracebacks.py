@@ -68,6 +68,17 @@ _INIT = (
 )
 
 
+# where ranks find each other (TCPStore, the env:// / tcp:// handlers, torchelastic's rendezvous): a plain
+# `RuntimeError: Connection timed out` raised there is the network between the nodes, not the training code
+_RENDEZVOUS = (
+    "_env_rendezvous_handler",
+    "_tcp_rendezvous_handler",
+    "_create_c10d_store",
+    "_create_tcp_store",
+    "next_rendezvous",
+    "_rendezvous",
+)
+
 _CHECKPOINT_LOAD = regex.compile(r"load_(?:\w+_)?(?:checkpoint|state_dict)|load_from_\w*state_dict|load_model_state")
 _CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$")
 
@@ -134,6 +145,8 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
         for f in frames
     ):
         return "checkpoint_save"
+    if any(f.func in _RENDEZVOUS or "torch/distributed/rendezvous.py" in f.path for f in frames):
+        return "rendezvous"
     if frames and _checks_arguments(frames[-1]):
         return "arguments"
     if (

@@ -6,7 +6,7 @@
 #            combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
 #            combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
 #            combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
-#            srun-per-rank-early-exit
+#            srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -24,7 +24,7 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
     combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
     combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
-    srun-per-rank-early-exit)
+    srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -181,6 +181,19 @@ scenario() {
                 "$(config '{}' '{"1": {"worker_sigkill_at": 40}}')" ;;
         srun-per-rank-early-exit) # as early-exit (rank 6 returns after 8 iterations), eight srun tasks, no torchrun
             LAYOUT=srun-per-rank run srun-per-rank-early-exit "$(config '{}' '{"6": {"stop_after": 8}}')" --ntasks=8 ;;
+        python-missing-one-node) # node 1's environment lacks the interpreter the job names; node 0 waits
+            NODE_PYTHON_1=/opt/venvs/train/bin/python run python-missing-one-node "$(config '{}' '{}')" \
+                --time=00:01:00 ;;
+        master-port-taken) # the job pins port 29500, which another process on the master node holds
+            "$PYTHON" -c 'import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500))
+s.listen(); time.sleep(300)' &
+            local holder=$!
+            sleep 1
+            MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
+            kill "$holder" ;;
+        master-host-unresolvable) # MASTER_ADDR names a host that does not resolve (a typo, another cluster)
+            MASTER_HOST=train-master-0 run master-host-unresolvable "$(config '{}' '{}')" --time=00:01:00 ;;
         time-limit)
             run time-limit "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" \
                 --time=00:01:00 ;;
