@@ -129,6 +129,11 @@ SCENARIOS = {
     "flag-on-cpu": ("rest", dict(sync_flags=True, plan={"1": {FAIL_STEP: {"flag_on_cpu": True}}}), {}, []),
     "ddp-model-mismatch": ("rest", dict(value_head_ranks=[1]), {}, []),
     "mesh-too-big": ("rest", dict(mesh_shape=[2, 2]), {}, []),
+    # batch 14 (device run 17)
+    "dataloader-timeout": ("rest", dict(loader_slow_index={"1": 13}, loader_timeout_s=10), {}, []),
+    "anomaly-nan": ("rest", dict(detect_anomaly=True,
+                                 plan={"1": {FAIL_STEP: {"logit_scale": True, "logit_scale_divisor": 0.0}}}), {}, []),
+    "activation-dtype": ("rest", dict(hidden_dtype_steps=True, plan={"1": {FAIL_STEP: {"hidden_bf16": True}}}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

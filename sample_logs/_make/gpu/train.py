@@ -73,6 +73,7 @@ class TinyGPT(nn.Module):
         super().__init__()
         self.value_head = nn.Linear(dim, 1) if value_head else None  # an auxiliary head some steps skip
         self.skip_value_head = False
+        self.hidden_dtype = None  # a mixed-precision path that casts activations but not the weights
         self.fused_embedding = fused_embedding
         self.unchecked_embedding = unchecked_embedding
         self.embed = nn.Embedding(vocab, dim)
@@ -87,6 +88,8 @@ class TinyGPT(nn.Module):
             x = torch.ops.aten._unsafe_index(self.embed.weight, [tokens])
         else:
             x = self.embed(tokens)
+        if self.hidden_dtype is not None:
+            x = x.to(self.hidden_dtype)
         for block in self.blocks:
             x = block(x)
         out = self.head(self.norm(x))
@@ -212,13 +215,15 @@ def get_batch(cfg, rank, step, device):
 class ShardSamples(torch.utils.data.Dataset):
     """Token windows read through a DataLoader worker; `bad_index` is a record that fails to decode."""
 
-    def __init__(self, cfg, rank, bad_index=None):
-        self.cfg, self.rank, self.bad_index = cfg, rank, bad_index
+    def __init__(self, cfg, rank, bad_index=None, slow_index=None):
+        self.cfg, self.rank, self.bad_index, self.slow_index = cfg, rank, bad_index, slow_index
 
     def __len__(self):
         return 10_000
 
     def __getitem__(self, index):
+        if index == self.slow_index:  # a record on a network file system that stops answering
+            time.sleep(3600)
         if index == self.bad_index:
             raise ValueError(f"record {index}: expected {self.cfg['seq_len'] + 1} tokens, found 0 (empty line in shard)")
         g = torch.Generator().manual_seed(1000 * self.rank + index)
@@ -290,6 +295,8 @@ def main():
         dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(cfg.get("seed", 1234))
+    if cfg.get("detect_anomaly"):  # switched on while chasing a NaN
+        torch.autograd.set_detect_anomaly(True)
     if cfg.get("mesh_shape"):  # a 2-D (data x tensor) layout written for a bigger job
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -330,9 +337,11 @@ def main():
         wandb.init(project=cfg.get("project", "tinygpt"), config=cfg)
 
     loader_iter = None
-    if cfg.get("loader_bad_index") is not None:
-        bad = cfg["loader_bad_index"].get(str(rank))
-        loader = torch.utils.data.DataLoader(ShardSamples(cfg, rank, bad), batch_size=cfg["micro_batch"], num_workers=2)
+    if cfg.get("loader_bad_index") is not None or cfg.get("loader_slow_index") is not None:
+        bad = (cfg.get("loader_bad_index") or {}).get(str(rank))
+        slow = (cfg.get("loader_slow_index") or {}).get(str(rank))
+        loader = torch.utils.data.DataLoader(ShardSamples(cfg, rank, bad, slow), batch_size=cfg["micro_batch"],
+                                             num_workers=2, timeout=cfg.get("loader_timeout_s", 0))
         loader_iter = iter(loader)
     stats_fn = None
     # a gloo group for monitored_barrier, which NCCL does not implement
@@ -355,7 +364,12 @@ def main():
             model.module.skip_value_head = bool(plan_for(cfg, rank, step).get("skip_value_head"))
         if plan_for(cfg, rank, step).get("labels_on_cpu"):  # a new loss path forgets to move the labels
             labels = labels.cpu()
+        if cfg.get("hidden_dtype_steps"):  # this rank's config switched on a bf16 activation path
+            cast = plan_for(cfg, rank, step).get("hidden_bf16")
+            model.module.hidden_dtype = torch.bfloat16 if cast else None
         logits = model(tokens)
+        if plan_for(cfg, rank, step).get("logit_scale"):  # a temperature read as 0 from a bad config value
+            logits = logits / plan_for(cfg, rank, step)["logit_scale_divisor"]
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
         if plan_for(cfg, rank, step).get("compiled_stats"):
             stats_fn = stats_fn or torch.compile(loss_scale_stats, fullgraph=True, backend="aot_eager")
