@@ -8,6 +8,9 @@ torchrun-logs/ are copied unchanged to RESULTS/gpu-<scenario>/. Jobs of one grou
     python3 run_all.py --results DIR [--profile gpu|cpu] [--group all|mem|rest] [--layout logdir|console]
                        [SCENARIO ...]
 
+--layout spawn starts the workers with torch.multiprocessing.spawn (spawn_main.py) instead of torchrun, every
+process writing to one file, train.log; results go to RESULTS/gpu-spawn-<scenario>/.
+
 --layout console runs torchrun the way many people do (`torchrun ... train.py 2>&1 | tee train.log`): no
 --log-dir, no --redirects/--tee, every worker's stdout and stderr and the agent's own lines unprefixed in one
 file, train.log; results go to RESULTS/gpu-console-<scenario>/.
@@ -225,6 +228,14 @@ def launch(name, index, args):
         env.update(extra_env)
         return launch_two_nodes(name, index, args, job, env)
     port = 29500 + 10 * index
+    if args.layout == "spawn":  # no launcher: the script spawns its own workers
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_CONFIG=str(job / "config.json"), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), **SAFE_ENV)
+        env.update(extra_env)
+        cmd = [sys.executable, str(Path(args.work) / "app" / "spawn_main.py")]
+        out = open(job / "train.log", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
+        proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return dict(name=name, job=job, proc=proc, start=time.time(), cmd=cmd, files=(out,), layout="spawn")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
     if extra_args == "rdzv-c10d":
         cmd += ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
@@ -252,8 +263,8 @@ def launch(name, index, args):
 def finish(run, args, killed):
     for f in run["files"]:
         f.close()
-    if run.get("layout") == "console":
-        dest = Path(args.results) / f"gpu-console-{run['name']}"
+    if run.get("layout") in ("console", "spawn"):
+        dest = Path(args.results) / f"gpu-{run['layout']}-{run['name']}"
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         shutil.copy2(run["job"] / "train.log", dest / "train.log")
@@ -275,7 +286,7 @@ def finish(run, args, killed):
 def _write_meta(run, args, killed):
     meta = Path(args.results) / "_meta"
     meta.mkdir(exist_ok=True)
-    prefix = "console-" if run.get("layout") == "console" else ""
+    prefix = f"{run['layout']}-" if run.get("layout") in ("console", "spawn") else ""
     (meta / f"{prefix}{run['name']}.json").write_text(json.dumps(dict(
         rc=run["proc"].returncode, seconds=round(time.time() - run["start"], 1),
         killed_by_generator=killed, cmd=run["cmd"], job=str(run["job"]))))
@@ -313,7 +324,7 @@ def main():
     ap.add_argument("--profile", choices=list(PROFILES), default="gpu")
     ap.add_argument("--group", choices=["all", "mem", "rest"], default="all")
     ap.add_argument("--job-timeout", type=float, default=200)
-    ap.add_argument("--layout", choices=["logdir", "console"], default="logdir")
+    ap.add_argument("--layout", choices=["logdir", "console", "spawn"], default="logdir")
     ap.add_argument("scenarios", nargs="*")
     args = ap.parse_args()
     names = args.scenarios or [n for n, s in SCENARIOS.items() if args.group in ("all", s[0])]
@@ -322,6 +333,7 @@ def main():
     app = Path(args.work) / "app"
     app.mkdir(parents=True, exist_ok=True)
     shutil.copy2(HERE / "train.py", app / "train.py")
+    shutil.copy2(HERE / "spawn_main.py", app / "spawn_main.py")
     index = {n: i + 1 for i, n in enumerate(SCENARIOS)}
     for n in names:  # one at a time, the GPUs to themselves
         if SCENARIOS[n][0] == "mem":
