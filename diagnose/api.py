@@ -10,7 +10,7 @@ import functools
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from diagnose import __version__
@@ -93,6 +93,8 @@ def analyze(
     left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
     excerpt = job is None and _is_excerpt(found_files)
     verdict = build_verdict(root, hang, candidates, events, left, excerpt=excerpt)
+    if root is not None and verdict.rank is None and printed_world == 1:
+        verdict = replace(verdict, rank=0, ranks=(0,))  # a job of one process: whatever failed, failed on rank 0
     world = printed_world or len(expected) or None
     details, fixes = advise(root, hang, related_incidents(root, incidents) if root else [], world)
     if verdict.subcategory == "early_exit" and not fixes:

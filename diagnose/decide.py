@@ -229,15 +229,20 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
     return out
 
 
+_SIGNAL_NUMBERS = {name: number for number, name in SIGNAL_NAMES.items()}
+
+
 def exit_rows(events: pl.DataFrame) -> list[Row]:
     """torchrun summary entries, then exit codes printed on their own (`failed (exitcode: -9) local_rank: 0`)."""
     rows = list(events.filter(pl.col("kind") == "exit").iter_rows(named=True))
     summarised = {(r["grank"], r["exitcode"]) for r in rows}
     for row in events.filter(
-        (pl.col("kind") == "pattern") & pl.col("fields").str.contains('"exitcode"|"signum"')
+        (pl.col("kind") == "pattern") & pl.col("fields").str.contains('"exitcode"|"signum"|"exit_signal"')
     ).iter_rows(named=True):
         fields = json.loads(row["fields"])
         code = fields.get("exitcode") or (f"-{fields['signum']}" if fields.get("signum", "").isdigit() else "")
+        if not code and fields.get("exit_signal") in _SIGNAL_NUMBERS:  # a launcher naming the signal, not its number
+            code = f"-{_SIGNAL_NUMBERS[fields['exit_signal']]}"
         if not code.lstrip("-").isdigit() or (row["grank"], int(code)) in summarised:
             continue
         signal = SIGNAL_NAMES.get(-int(code)) if int(code) < 0 else None

@@ -73,8 +73,11 @@ def analyze_hang(
         for key in ("seq", "op", "numel_in", "timeout_ms", "ran_ms"):
             if c.fields.get(key) is not None:
                 entry.setdefault(key, c.fields[key])
+    groups: dict[int, str] = {}  # rank -> the process group its watchdog status line names
     for c in candidates:
         if c.pattern is not None and c.pattern.id == _STATUS_PATTERN and c.rank is not None:
+            if c.fields.get("pg") is not None:
+                groups[c.rank] = c.fields["pg"]
             entry = per_rank.setdefault(c.rank, {"rank": c.rank})
             entry["enqueued"] = _int(c.fields.get("enqueued") or c.fields.get("enqueued2") or c.fields.get("enqueued3"))
             entry["completed"] = _int(
@@ -116,6 +119,7 @@ def analyze_hang(
             odd_one = alone
     behind: set[int] = set()
     seqs = {r: _int(str(e["seq"])) for r, e in per_rank.items() if e.get("seq")}
+    same_group = bool(seqs) and all(r in groups for r in seqs) and len({groups[r] for r in seqs}) == 1
     if len({s for s in seqs.values()}) > 1:
         low = min(s for s in seqs.values() if s is not None)
         behind = {r for r, s in seqs.items() if s == low}
@@ -137,6 +141,10 @@ def analyze_hang(
         )
     elif bystanders:
         suspects, reason = bystanders, "printed lines of its own but no timeout while the others timed out"
+    elif behind and len(behind) < len(seqs) and same_group:
+        # SeqNums of one process group that the ranks printed themselves outweigh the silence of ranks a paste
+        # may simply have left out
+        suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"
     elif silent and len(victims) > 1 and _whole_world(expected):
         # One visible rank says nothing about the others (a paste of one rank's output); several ranks
         # timing out while one prints nothing does, when ranks 0..max look like the whole job.

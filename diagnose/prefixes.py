@@ -16,6 +16,8 @@ _SRUN_LABEL = regex.compile(r"\s{0,6}(\d{1,6}): ")
 _RANK = regex.compile(r"\[rank(\d{1,7})\]: ?")
 _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 _RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
+# SkyPilot's per-node prefix: `(head, rank=0, pid=4773) `, `(worker1, rank=1, pid=...) `; its rank numbers the NODE
+_SKYPILOT = regex.compile(r"\([\w-]{1,40}, rank=\d{1,5}, pid=\d+\)\s")
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
 _HOST = regex.compile(r"([a-z0-9][a-z0-9.-]{0,62}): ")
 _NCCL_HEADER = regex.compile(r"([\w.<>-]{0,63}):(\d+):\d+ \[(\d+)\] ")  # host may be redacted to nothing
@@ -113,6 +115,11 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             local_rank = int(m.group(2)) if local_rank is None else local_rank
         elif pos == 0 and (m := _SRUN_LABEL.match(line, pos)) is not None:
             task = int(m.group(1))
+        elif pos == 0 and (m := _SKYPILOT.match(line, pos)) is not None:
+            # SkyPilot's node prefix (its rank numbers the node): stripped, and nothing after it is read as a
+            # prefix, so a node's torchrun local ranks are not taken for the job's global ranks
+            pos = m.end()
+            break
         elif (m := _RAY.match(line, pos)) is not None:
             host = host or m.group(2)
         elif (m := _NEMO.match(line, pos)) is not None:

@@ -14,6 +14,7 @@ from diagnose.candidates import GENERIC_PRIORITY, Candidate
 PHASE_CATEGORY = {
     "checkpoint_load": "checkpoint",
     "checkpoint_save": "checkpoint",
+    "checkpoint_state": "checkpoint",
     "data_loading": "data",
     "arguments": "config",
     "output_path": "config",

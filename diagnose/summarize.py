@@ -368,6 +368,9 @@ def _raised_above(first: Candidate, candidates: list[Candidate]) -> Candidate | 
         and c.pattern.id == "nccl-error"
         and c.file == first.file
         and 0 < first.line - c.line <= _LAST_ERROR_LINES
+        and regex.search(r"NCCL [Ee]rror", c.text)
+        is not None  # the raised error, not its `ncclInvalidUsage: ...` gloss
+        and not _garbled(c.text)  # two processes' exception lines written into each other: quote the detail
     ]
     return min(raised, key=lambda c: c.line) if raised else None
 
@@ -406,6 +409,14 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
         if warns:
             return min(warns, key=lambda c: c.line).text
     return _unglued(first.text, candidates) if first.from_traceback or first.pattern else None
+
+
+# an exception line two processes wrote into each other: `torch.distributedtorch.distributed.DistBackendError.: ...`
+_INTERLEAVED_TYPE = regex.compile(r"\s*[\w.]*(?:Error|Exception)\.:")
+
+
+def _garbled(text: str) -> bool:
+    return _INTERLEAVED_TYPE.match(text) is not None
 
 
 # Processes writing one pipe without line buffering glue the next writer's exception type onto the end of a

@@ -145,6 +145,8 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
         for f in frames
     ):
         return "checkpoint_save"
+    if any(f.func == "sharded_state_dict" for f in frames):  # Megatron's dist_checkpointing state of a module
+        return "checkpoint_state"
     if any(f.func in _RENDEZVOUS or "torch/distributed/rendezvous.py" in f.path for f in frames):
         return "rendezvous"
     if frames and _checks_arguments(frames[-1]):
