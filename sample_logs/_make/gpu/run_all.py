@@ -11,6 +11,10 @@ torchrun-logs/ are copied unchanged to RESULTS/gpu-<scenario>/. Jobs of one grou
 --layout spawn starts the workers with torch.multiprocessing.spawn (spawn_main.py) instead of torchrun, every
 process writing to one file, train.log; results go to RESULTS/gpu-spawn-<scenario>/.
 
+--layout filtered runs torchrun as torchtitan's run script does (`--tee 3 --local-ranks-filter 0 --role rank`): one
+console file showing only local rank 0's output, its lines prefixed `[rank0]:`; results go to
+RESULTS/gpu-filtered-<scenario>/.
+
 --layout console runs torchrun the way many people do (`torchrun ... train.py 2>&1 | tee train.log`): no
 --log-dir, no --redirects/--tee, every worker's stdout and stderr and the agent's own lines unprefixed in one
 file, train.log; results go to RESULTS/gpu-console-<scenario>/.
@@ -247,13 +251,15 @@ def launch(name, index, args):
         cmd += [f"--master-port={port}"] + list(extra_args)
     if args.layout == "logdir":
         cmd += ["--log-dir", str(job / "torchrun-logs"), "--redirects", "3", "--tee", "3"]
+    elif args.layout == "filtered":
+        cmd += ["--tee", "3", "--local-ranks-filter", "0", "--role", "rank"]
     cmd += [str(Path(args.work) / "app" / "train.py")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_CONFIG=str(job / "config.json"), **SAFE_ENV)
     env.update(extra_env)
-    if args.layout == "console":  # one file, both streams, as `2>&1 | tee train.log` leaves it
+    if args.layout in ("console", "filtered"):  # one file, both streams, as `2>&1 | tee train.log` leaves it
         out = open(job / "train.log", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
         proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        return dict(name=name, job=job, proc=proc, start=time.time(), cmd=cmd, files=(out,), layout="console")
+        return dict(name=name, job=job, proc=proc, start=time.time(), cmd=cmd, files=(out,), layout=args.layout)
     out = open(job / "launcher.out", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
     err = open(job / "launcher.err", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
     proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=err, start_new_session=True)
@@ -263,7 +269,7 @@ def launch(name, index, args):
 def finish(run, args, killed):
     for f in run["files"]:
         f.close()
-    if run.get("layout") in ("console", "spawn"):
+    if run.get("layout") in ("console", "spawn", "filtered"):
         dest = Path(args.results) / f"gpu-{run['layout']}-{run['name']}"
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
@@ -286,7 +292,7 @@ def finish(run, args, killed):
 def _write_meta(run, args, killed):
     meta = Path(args.results) / "_meta"
     meta.mkdir(exist_ok=True)
-    prefix = f"{run['layout']}-" if run.get("layout") in ("console", "spawn") else ""
+    prefix = f"{run['layout']}-" if run.get("layout") in ("console", "spawn", "filtered") else ""
     (meta / f"{prefix}{run['name']}.json").write_text(json.dumps(dict(
         rc=run["proc"].returncode, seconds=round(time.time() - run["start"], 1),
         killed_by_generator=killed, cmd=run["cmd"], job=str(run["job"]))))
@@ -324,7 +330,7 @@ def main():
     ap.add_argument("--profile", choices=list(PROFILES), default="gpu")
     ap.add_argument("--group", choices=["all", "mem", "rest"], default="all")
     ap.add_argument("--job-timeout", type=float, default=200)
-    ap.add_argument("--layout", choices=["logdir", "console", "spawn"], default="logdir")
+    ap.add_argument("--layout", choices=["logdir", "console", "spawn", "filtered"], default="logdir")
     ap.add_argument("scenarios", nargs="*")
     args = ap.parse_args()
     names = args.scenarios or [n for n, s in SCENARIOS.items() if args.group in ("all", s[0])]
