@@ -110,7 +110,12 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
     pos = 0
     for _ in range(_MAX_STACK):
         if (m := _RANK.match(line, pos)) is not None:
-            rank = int(m.group(1)) if rank is None else rank
+            if rank is not None and local_rank is None:
+                # torchrun --role rank (torchtitan's scripts) labels LOCAL ranks `[rankN]:`; torch's own `[rankM]:`
+                # inside it is the global rank: `[rank0]:[rank8]: Traceback ...` on a second node
+                local_rank, rank = rank, int(m.group(1))
+            else:
+                rank = int(m.group(1)) if rank is None else rank
         elif (m := _ROLE.match(line, pos)) is not None:
             local_rank = int(m.group(2)) if local_rank is None else local_rank
         elif pos == 0 and (m := _SRUN_LABEL.match(line, pos)) is not None:

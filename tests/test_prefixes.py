@@ -109,6 +109,14 @@ CASES = [
         None,
         "Scheduler hit an exception: Traceback (most recent call last):",
     ),  # public-sglang-2node-nccl-bootstrap-no-route-to-host-tp14: SGLang's per-process header
+    (
+        "[rank0]:[rank0]: Traceback (most recent call last):",
+        0,
+        0,
+        None,
+        None,
+        "Traceback (most recent call last):",
+    ),  # gpu-filtered-shape-exit: torchrun --role rank labels the local rank, torch's own prefix the global one
 ]
 
 
