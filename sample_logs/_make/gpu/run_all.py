@@ -15,6 +15,9 @@ process writing to one file, train.log; results go to RESULTS/gpu-spawn-<scenari
 console file showing only local rank 0's output, its lines prefixed `[rank0]:`; results go to
 RESULTS/gpu-filtered-<scenario>/.
 
+--layout nccl-info is --layout console with NCCL_DEBUG=INFO set, as people run while debugging: NCCL's INFO lines
+from every rank around the failure; results go to RESULTS/gpu-nccl-info-<scenario>/.
+
 --layout console runs torchrun the way many people do (`torchrun ... train.py 2>&1 | tee train.log`): no
 --log-dir, no --redirects/--tee, every worker's stdout and stderr and the agent's own lines unprefixed in one
 file, train.log; results go to RESULTS/gpu-console-<scenario>/.
@@ -256,7 +259,9 @@ def launch(name, index, args):
     cmd += [str(Path(args.work) / "app" / "train.py")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_CONFIG=str(job / "config.json"), **SAFE_ENV)
     env.update(extra_env)
-    if args.layout in ("console", "filtered"):  # one file, both streams, as `2>&1 | tee train.log` leaves it
+    if args.layout == "nccl-info":
+        env["NCCL_DEBUG"] = "INFO"
+    if args.layout in ("console", "filtered", "nccl-info"):  # one file, both streams, as `2>&1 | tee train.log` leaves it
         out = open(job / "train.log", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
         proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return dict(name=name, job=job, proc=proc, start=time.time(), cmd=cmd, files=(out,), layout=args.layout)
@@ -269,7 +274,7 @@ def launch(name, index, args):
 def finish(run, args, killed):
     for f in run["files"]:
         f.close()
-    if run.get("layout") in ("console", "spawn", "filtered"):
+    if run.get("layout") in ("console", "spawn", "filtered", "nccl-info"):
         dest = Path(args.results) / f"gpu-{run['layout']}-{run['name']}"
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
@@ -292,7 +297,7 @@ def finish(run, args, killed):
 def _write_meta(run, args, killed):
     meta = Path(args.results) / "_meta"
     meta.mkdir(exist_ok=True)
-    prefix = f"{run['layout']}-" if run.get("layout") in ("console", "spawn", "filtered") else ""
+    prefix = f"{run['layout']}-" if run.get("layout") in ("console", "spawn", "filtered", "nccl-info") else ""
     (meta / f"{prefix}{run['name']}.json").write_text(json.dumps(dict(
         rc=run["proc"].returncode, seconds=round(time.time() - run["start"], 1),
         killed_by_generator=killed, cmd=run["cmd"], job=str(run["job"]))))
@@ -330,7 +335,7 @@ def main():
     ap.add_argument("--profile", choices=list(PROFILES), default="gpu")
     ap.add_argument("--group", choices=["all", "mem", "rest"], default="all")
     ap.add_argument("--job-timeout", type=float, default=200)
-    ap.add_argument("--layout", choices=["logdir", "console", "spawn", "filtered"], default="logdir")
+    ap.add_argument("--layout", choices=["logdir", "console", "spawn", "filtered", "nccl-info"], default="logdir")
     ap.add_argument("scenarios", nargs="*")
     args = ap.parse_args()
     names = args.scenarios or [n for n, s in SCENARIOS.items() if args.group in ("all", s[0])]
