@@ -23,6 +23,7 @@ from diagnose.patterns import Pattern
 from diagnose.refine import (
     SIGNAL_DEATH_PRIORITY,
     refine_bare_asserts,
+    refine_by_cut_traceback,
     refine_by_phase,
     refine_launcher_reports,
     refine_native_crashes,
@@ -136,8 +137,20 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_retried_lookups(candidates)
     candidates.extend(_duplicate_ranks(candidates))
     refine_by_phase(candidates)
+    refine_by_cut_traceback(candidates, _cut_tracebacks(events))
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
+
+
+def _cut_tracebacks(events: pl.DataFrame) -> list[tuple[str, int, str]]:
+    """Tracebacks whose exception line is not in the logs (a paste cut off), with the phase their frames show."""
+    rows = events.filter((pl.col("kind") == "traceback") & pl.col("exception").is_null())
+    out = []
+    for row in rows.select("file", "line", "fields").iter_rows(named=True):
+        phase = json.loads(row["fields"] or "{}").get("phase")
+        if phase:
+            out.append((row["file"], row["line"], phase))
+    return out
 
 
 def signal_subcategory(signal: str) -> str:

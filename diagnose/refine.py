@@ -46,6 +46,21 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
             c.category = refined[c.signature]
 
 
+_NEXT_TRACEBACK_LINES = 3
+
+
+def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, int, str]]) -> None:
+    """A paste often starts with one rank's exception line, its frames cut off above, followed by another rank's
+    traceback of the same failure cut off before its exception line. That traceback's frames say where both
+    were (loading a checkpoint, reading data). `cut`: (file, first line, phase) of tracebacks with no exception."""
+    for c in candidates:
+        if c.phase or c.priority >= GENERIC_PRIORITY or c.role != "root" or _PROGRAMMING_ERROR.match(c.text):
+            continue
+        phase = next((ph for f, line, ph in cut if f == c.file and 0 < line - c.line <= _NEXT_TRACEBACK_LINES), None)
+        if phase in PHASE_CATEGORY:
+            c.category = PHASE_CATEGORY[phase]
+
+
 _CRASH_PATTERNS = ("segfault", "sigfpe-crash")
 _LIBRARY_FRAME = "cuda-library-frame"
 _BACKTRACE_LINES = 20

@@ -424,7 +424,12 @@ def _garbled(text: str) -> bool:
 _GLUED_EXCEPTION_TYPE = regex.compile(r"(?<=[.!?)'\"])[A-Z]\w*(?:Error|Exception)$")
 
 
+# Ray folds identical lines from many workers into one and says so at its end
+_RAY_DEDUP = regex.compile(r" \[repeated \d+x across cluster\]$")
+
+
 def _unglued(text: str, candidates: list[Candidate]) -> str:
+    text = _RAY_DEDUP.sub("", text.rstrip())
     whole = _GLUED_EXCEPTION_TYPE.sub("", text.rstrip())
     return whole if whole != text.rstrip() and any(c.text.strip() == whole.strip() for c in candidates) else text
 
