@@ -7,6 +7,8 @@ role or category in place; decide.build_candidates applies them in order.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import regex
 
 from diagnose.candidates import GENERIC_PRIORITY, Candidate
@@ -101,10 +103,7 @@ def refine_retried_lookups(candidates: list[Candidate]) -> None:
     harmless (no IPv6 record for a host IPv4 reaches); the same address failing again and again is a job that
     never reached its master, and that is why it died (the time limit or rendezvous timeout comes after)."""
     lookups = [c for c in candidates if c.pattern is not None and c.pattern.id == _RETRIED_LOOKUP]
-    counts: dict[tuple[str | None, str | None], int] = {}
-    for c in lookups:
-        key = (c.fields.get("host"), c.fields.get("port"))
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter((c.fields.get("host"), c.fields.get("port")) for c in lookups)
     for c in lookups:
         if counts[(c.fields.get("host"), c.fields.get("port"))] >= _RETRIES:
             c.role = "root"
