@@ -144,6 +144,9 @@ SCENARIOS = {
     "anomaly-nan": ("rest", dict(detect_anomaly=True,
                                  plan={"1": {FAIL_STEP: {"logit_scale": True, "logit_scale_divisor": 0.0}}}), {}, []),
     "activation-dtype": ("rest", dict(hidden_dtype_steps=True, plan={"1": {FAIL_STEP: {"hidden_bf16": True}}}), {}, []),
+    # batch 15 (device run 21)
+    "nccl-init-oom": ("mem", dict(hog_before_init_mib={"1": 16}), {}, []),
+    "flag-on-other-gpu": ("rest", dict(plan={"1": {FAIL_STEP: {"flag_on_gpu0": True}}}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -155,7 +158,7 @@ GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forwar
             "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
             "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu", "gather-size-mismatch",
             "fsdp-frozen-embedding", "labels-on-cpu", "load-onto-missing-gpu", "nccl-net-ib-missing",
-            "nccl-algo-unknown", "flag-on-cpu"}
+            "nccl-algo-unknown", "flag-on-cpu", "nccl-init-oom", "flag-on-other-gpu"}
 
 
 def resolve(value, profile, job):

@@ -288,6 +288,10 @@ def main():
         gpu = cfg.get("gpu_index", local_rank)
         torch.cuda.set_device(gpu)
         device = torch.device("cuda", gpu)
+        hog_mib = cfg.get("hog_before_init_mib", {}).get(str(local_rank))
+        if hog_mib is not None:  # another tenant holds the GPU when the process group starts
+            free, _ = torch.cuda.mem_get_info(device)
+            cfg["_hog"] = torch.empty(free - hog_mib * 2**20, dtype=torch.uint8, device=device)
         dist.init_process_group("nccl", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)),
                                 device_id=device)
     else:
@@ -387,6 +391,8 @@ def main():
             opt.load_state_dict(torch.load(step_plan["reload_optimizer"], map_location=device))
         if step_plan.get("staging_bytes"):  # a host staging buffer sized from a corrupt shard header
             staging = torch.empty(step_plan["staging_bytes"], dtype=torch.uint8)  # noqa: F841
+        if step_plan.get("flag_on_gpu0"):  # a flag built on cuda:0 instead of this rank's own GPU
+            dist.all_reduce(torch.zeros(1, device="cuda:0"))
         if cfg.get("sync_flags"):  # ranks agree each step whether to stop early
             flag = torch.zeros(1) if step_plan.get("flag_on_cpu") else torch.zeros(1, device=device)
             dist.all_reduce(flag)
