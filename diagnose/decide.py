@@ -380,8 +380,12 @@ def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
         if i is not chosen
         and i.first.category not in ("nccl", first.category)
         and i.first.priority > first.priority
-        and i.first.file == first.file
-        and (0 < first.line - i.first.line <= _EXPLAIN_LINES or 0 < i.first.line - first.line <= _LAST_ERROR_LINES)
+        # any copy of the error counts: error.json has no "Last error:" lines, the rank's own stderr.log does
+        and any(
+            i.first.file == c.file
+            and (0 < c.line - i.first.line <= _EXPLAIN_LINES or 0 < i.first.line - c.line <= _LAST_ERROR_LINES)
+            for c in chosen.candidates
+        )
     ]
     return max(causes, key=lambda i: i.first.line, default=None)
 
