@@ -147,6 +147,11 @@ SCENARIOS = {
     # batch 15 (device run 21)
     "nccl-init-oom": ("mem", dict(hog_before_init_mib={"1": 16}), {}, []),
     "flag-on-other-gpu": ("rest", dict(plan={"1": {FAIL_STEP: {"flag_on_gpu0": True}}}), {}, []),
+    # batch 16 (device run 22)
+    "weights-only-resume": ("rest", dict(plan={"0": {"2": {"save_with_state": "{job}/resume.pt"}},
+                                               "1": {FAIL_STEP: {"resume_now": "{job}/resume.pt"}}}), {}, []),
+    "vocab-size-mismatch": ("rest", dict(plan={"0": {"2": {"save_shrunk_vocab": "{job}/export.pt"}},
+                                               "1": {FAIL_STEP: {"reload": "{job}/export.pt"}}}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

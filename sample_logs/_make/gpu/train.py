@@ -28,6 +28,13 @@ def load_config():
         return json.load(f)
 
 
+class RunState:
+    """Bookkeeping a resume script stores next to the weights (step, best loss)."""
+
+    def __init__(self, step, best_loss):
+        self.step, self.best_loss = step, best_loss
+
+
 def plan_for(cfg, rank, step):
     """Per-rank, per-step overrides of the data plan (sequence length, shard size, padding ...)."""
     return cfg.get("plan", {}).get(str(rank), {}).get(str(step), {})
@@ -419,6 +426,16 @@ def main():
         save_to = plan_for(cfg, rank, step).get("save_to")
         if save_to:
             torch.save({"step": step, "model": model.module.state_dict()}, save_to)
+        state_to = plan_for(cfg, rank, step).get("save_with_state")
+        if state_to:  # a resume file with the run's bookkeeping object pickled beside the weights
+            torch.save({"model": model.module.state_dict(), "state": RunState(step, loss_value)}, state_to)
+        resume_from = plan_for(cfg, rank, step).get("resume_now")
+        if resume_from:  # resume with torch.load's defaults (weights_only=True since torch 2.6)
+            model.module.load_state_dict(torch.load(resume_from, map_location=device)["model"])
+        shrunk_to = plan_for(cfg, rank, step).get("save_shrunk_vocab")
+        if shrunk_to:  # an export from a run whose tokenizer had 8 fewer tokens
+            sd = {k: (v[:-8] if k in ("embed.weight", "head.weight") else v) for k, v in model.module.state_dict().items()}
+            torch.save(sd, shrunk_to)
         weights_to = plan_for(cfg, rank, step).get("save_weights_without")
         if weights_to:  # an export that drops some tensors (an older layout of the model)
             path, dropped = weights_to
