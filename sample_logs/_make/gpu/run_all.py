@@ -152,6 +152,11 @@ SCENARIOS = {
                                                "1": {FAIL_STEP: {"resume_now": "{job}/resume.pt"}}}), {}, []),
     "vocab-size-mismatch": ("rest", dict(plan={"0": {"2": {"save_shrunk_vocab": "{job}/export.pt"}},
                                                "1": {FAIL_STEP: {"reload": "{job}/export.pt"}}}), {}, []),
+    # batch 17 (device run 23)
+    "noncontiguous-collective": ("rest", dict(plan={"1": {FAIL_STEP: {"transposed_stats": True}}}), {}, []),
+    "broadcast-bad-source": ("rest", dict(plan={"1": {FAIL_STEP: {"broadcast_from": 2}}}), {}, []),
+    "alltoall-uneven-splits": ("rest", dict(plan={"1": {FAIL_STEP: {"uneven_splits": True}}}), {}, []),
+    "cuda-graph-sync": ("rest", dict(plan={"1": {FAIL_STEP: {"graph_sync": True}}}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -163,7 +168,7 @@ GPU_ONLY = {"oom-backward-exit", "oom-backward-hang", "oom-forward", "oom-forwar
             "nccl-ifname", "nccl-ifname-debug", "device-ordinal", "duplicate-gpu", "gather-out-of-bounds",
             "fsdp-oom-rank0", "flight-recorder-timeout", "oom-hogged-gpu", "gather-size-mismatch",
             "fsdp-frozen-embedding", "labels-on-cpu", "load-onto-missing-gpu", "nccl-net-ib-missing",
-            "nccl-algo-unknown", "flag-on-cpu", "nccl-init-oom", "flag-on-other-gpu"}
+            "nccl-algo-unknown", "flag-on-cpu", "nccl-init-oom", "flag-on-other-gpu", "cuda-graph-sync"}
 
 
 def resolve(value, profile, job):

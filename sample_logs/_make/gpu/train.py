@@ -398,6 +398,18 @@ def main():
             opt.load_state_dict(torch.load(step_plan["reload_optimizer"], map_location=device))
         if step_plan.get("staging_bytes"):  # a host staging buffer sized from a corrupt shard header
             staging = torch.empty(step_plan["staging_bytes"], dtype=torch.uint8)  # noqa: F841
+        if step_plan.get("transposed_stats"):  # statistics reduced as a transposed (non-contiguous) view
+            dist.all_reduce(torch.ones(4, 8, device=device).t())
+        if step_plan.get("broadcast_from") is not None:  # a source rank taken from a config written for more GPUs
+            dist.broadcast(torch.zeros(1, device=device), src=step_plan["broadcast_from"])
+        if step_plan.get("uneven_splits"):  # an all-to-all whose split sizes do not add up to the tensor
+            inp = torch.ones(4, device=device)
+            dist.all_to_all_single(torch.empty(4, device=device), inp, input_split_sizes=[3, 3])
+        if step_plan.get("graph_sync"):  # a CUDA graph captured around code that reads a value back to the host
+            graph = torch.cuda.CUDAGraph()
+            static = torch.ones(8, device=device)
+            with torch.cuda.graph(graph):
+                (static * 2).sum().item()
         if step_plan.get("flag_on_gpu0"):  # a flag built on cuda:0 instead of this rank's own GPU
             dist.all_reduce(torch.zeros(1, device="cuda:0"))
         if cfg.get("sync_flags"):  # ranks agree each step whether to stop early
