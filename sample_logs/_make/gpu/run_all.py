@@ -157,6 +157,11 @@ SCENARIOS = {
     "broadcast-bad-source": ("rest", dict(plan={"1": {FAIL_STEP: {"broadcast_from": 2}}}), {}, []),
     "alltoall-uneven-splits": ("rest", dict(plan={"1": {FAIL_STEP: {"uneven_splits": True}}}), {}, []),
     "cuda-graph-sync": ("rest", dict(plan={"1": {FAIL_STEP: {"graph_sync": True}}}), {}, []),
+    # batch 18 (device run 24)
+    "group-beyond-world": ("rest", dict(tp_group=[0, 1, 2, 3]), {}, []),
+    "average-integer-counts": ("rest", dict(plan={"0": {FAIL_STEP: {"average_counts": True}},
+                                                  "1": {FAIL_STEP: {"average_counts": True}}}), {}, []),
+    "reentrant-checkpoint-unused": ("rest", dict(reentrant_checkpoint=True, find_unused_parameters=True), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -81,6 +82,7 @@ class TinyGPT(nn.Module):
         self.value_head = nn.Linear(dim, 1) if value_head else None  # an auxiliary head some steps skip
         self.skip_value_head = False
         self.hidden_dtype = None  # a mixed-precision path that casts activations but not the weights
+        self.reentrant_checkpoint = False
         self.fused_embedding = fused_embedding
         self.unchecked_embedding = unchecked_embedding
         self.embed = nn.Embedding(vocab, dim)
@@ -98,7 +100,10 @@ class TinyGPT(nn.Module):
         if self.hidden_dtype is not None:
             x = x.to(self.hidden_dtype)
         for block in self.blocks:
-            x = block(x)
+            if self.reentrant_checkpoint and self.training:  # activation checkpointing, the old reentrant way
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True)
+            else:
+                x = block(x)
         out = self.head(self.norm(x))
         if self.value_head is not None and not self.skip_value_head:
             out = out + 0.0 * self.value_head(x).mean()
@@ -308,6 +313,8 @@ def main():
     torch.manual_seed(cfg.get("seed", 1234))
     if cfg.get("detect_anomaly"):  # switched on while chasing a NaN
         torch.autograd.set_detect_anomaly(True)
+    if cfg.get("tp_group"):  # a tensor-parallel group listed in a config written for more GPUs
+        dist.new_group(cfg["tp_group"])
     if cfg.get("mesh_shape"):  # a 2-D (data x tensor) layout written for a bigger job
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -332,7 +339,9 @@ def main():
 
         model = FSDP(model, device_id=device.index, use_orig_params=cfg.get("fsdp_orig_params", True))
     else:
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        model.reentrant_checkpoint = cfg.get("reentrant_checkpoint", False)
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                    find_unused_parameters=cfg.get("find_unused_parameters", False))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
@@ -398,6 +407,8 @@ def main():
             opt.load_state_dict(torch.load(step_plan["reload_optimizer"], map_location=device))
         if step_plan.get("staging_bytes"):  # a host staging buffer sized from a corrupt shard header
             staging = torch.empty(step_plan["staging_bytes"], dtype=torch.uint8)  # noqa: F841
+        if step_plan.get("average_counts"):  # token counts (integers) averaged across ranks
+            dist.all_reduce(torch.tensor([7], device=device), op=dist.ReduceOp.AVG)
         if step_plan.get("transposed_stats"):  # statistics reduced as a transposed (non-contiguous) view
             dist.all_reduce(torch.ones(4, 8, device=device).t())
         if step_plan.get("broadcast_from") is not None:  # a source rank taken from a config written for more GPUs
