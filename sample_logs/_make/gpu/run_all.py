@@ -159,8 +159,6 @@ SCENARIOS = {
     "cuda-graph-sync": ("rest", dict(plan={"1": {FAIL_STEP: {"graph_sync": True}}}), {}, []),
     # batch 18 (device run 24)
     "group-beyond-world": ("rest", dict(tp_group=[0, 1, 2, 3]), {}, []),
-    "average-integer-counts": ("rest", dict(plan={"0": {FAIL_STEP: {"average_counts": True}},
-                                                  "1": {FAIL_STEP: {"average_counts": True}}}), {}, []),
     "reentrant-checkpoint-unused": ("rest", dict(reentrant_checkpoint=True, find_unused_parameters=True), {}, []),
 }
 
