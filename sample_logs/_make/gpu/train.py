@@ -227,13 +227,16 @@ def get_batch(cfg, rank, step, device):
 class ShardSamples(torch.utils.data.Dataset):
     """Token windows read through a DataLoader worker; `bad_index` is a record that fails to decode."""
 
-    def __init__(self, cfg, rank, bad_index=None, slow_index=None):
+    def __init__(self, cfg, rank, bad_index=None, slow_index=None, huge_index=None):
         self.cfg, self.rank, self.bad_index, self.slow_index = cfg, rank, bad_index, slow_index
+        self.huge_index = huge_index
 
     def __len__(self):
         return 10_000
 
     def __getitem__(self, index):
+        if index == self.huge_index:  # a record whose length field is garbage: the reader allocates 1 TiB
+            bytearray(2**40)
         if index == self.slow_index:  # a record on a network file system that stops answering
             time.sleep(3600)
         if index == self.bad_index:
@@ -357,10 +360,10 @@ def main():
         wandb.init(project=cfg.get("project", "tinygpt"), config=cfg)
 
     loader_iter = None
-    if cfg.get("loader_bad_index") is not None or cfg.get("loader_slow_index") is not None:
-        bad = (cfg.get("loader_bad_index") or {}).get(str(rank))
-        slow = (cfg.get("loader_slow_index") or {}).get(str(rank))
-        loader = torch.utils.data.DataLoader(ShardSamples(cfg, rank, bad, slow), batch_size=cfg["micro_batch"],
+    loader_keys = ("loader_bad_index", "loader_slow_index", "loader_huge_index")
+    if any(cfg.get(k) is not None for k in loader_keys):
+        bad, slow, huge = ((cfg.get(k) or {}).get(str(rank)) for k in loader_keys)
+        loader = torch.utils.data.DataLoader(ShardSamples(cfg, rank, bad, slow, huge), batch_size=cfg["micro_batch"],
                                              num_workers=2, timeout=cfg.get("loader_timeout_s", 0))
         loader_iter = iter(loader)
     stats_fn = None
@@ -387,7 +390,11 @@ def main():
         if cfg.get("hidden_dtype_steps"):  # this rank's config switched on a bf16 activation path
             cast = plan_for(cfg, rank, step).get("hidden_bf16")
             model.module.hidden_dtype = torch.bfloat16 if cast else None
-        logits = model(tokens)
+        if plan_for(cfg, rank, step).get("eval_mode_forward"):  # a validation helper left grad disabled
+            with torch.no_grad():
+                logits = model(tokens)
+        else:
+            logits = model(tokens)
         if plan_for(cfg, rank, step).get("logit_scale"):  # a temperature read as 0 from a bad config value
             logits = logits / plan_for(cfg, rank, step)["logit_scale_divisor"]
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
@@ -407,6 +414,8 @@ def main():
             opt.load_state_dict(torch.load(step_plan["reload_optimizer"], map_location=device))
         if step_plan.get("staging_bytes"):  # a host staging buffer sized from a corrupt shard header
             staging = torch.empty(step_plan["staging_bytes"], dtype=torch.uint8)  # noqa: F841
+        if step_plan.get("cleanup_early"):  # a cleanup hook that runs on this rank before training ends
+            dist.destroy_process_group()
         if step_plan.get("transposed_stats"):  # statistics reduced as a transposed (non-contiguous) view
             dist.all_reduce(torch.ones(4, 8, device=device).t())
         if step_plan.get("broadcast_from") is not None:  # a source rank taken from a config written for more GPUs
