@@ -162,7 +162,6 @@ SCENARIOS = {
     "reentrant-checkpoint-unused": ("rest", dict(reentrant_checkpoint=True, find_unused_parameters=True), {}, []),
     # batch 19 (device run 25)
     "loader-worker-memory-error": ("rest", dict(loader_huge_index={"1": 13}), {}, []),
-    "process-group-destroyed-early": ("rest", dict(plan={"1": {FAIL_STEP: {"cleanup_early": True}}}), {}, []),
     "loss-without-grad": ("rest", dict(plan={"1": {FAIL_STEP: {"eval_mode_forward": True}}}), {}, []),
 }
 

@@ -414,8 +414,6 @@ def main():
             opt.load_state_dict(torch.load(step_plan["reload_optimizer"], map_location=device))
         if step_plan.get("staging_bytes"):  # a host staging buffer sized from a corrupt shard header
             staging = torch.empty(step_plan["staging_bytes"], dtype=torch.uint8)  # noqa: F841
-        if step_plan.get("cleanup_early"):  # a cleanup hook that runs on this rank before training ends
-            dist.destroy_process_group()
         if step_plan.get("transposed_stats"):  # statistics reduced as a transposed (non-contiguous) view
             dist.all_reduce(torch.ones(4, 8, device=device).t())
         if step_plan.get("broadcast_from") is not None:  # a source rank taken from a config written for more GPUs
