@@ -163,6 +163,9 @@ SCENARIOS = {
     # batch 19 (device run 25)
     "loader-worker-memory-error": ("rest", dict(loader_huge_index={"1": 13}), {}, []),
     "loss-without-grad": ("rest", dict(plan={"1": {FAIL_STEP: {"eval_mode_forward": True}}}), {}, []),
+    # batch 20 (device run 26)
+    "view-after-transpose": ("rest", dict(plan={"1": {FAIL_STEP: {"view_heads": True}}}), {}, []),
+    "sdpa-integer-mask": ("rest", dict(plan={"1": {FAIL_STEP: {"integer_mask": True}}}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

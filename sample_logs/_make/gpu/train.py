@@ -48,10 +48,19 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.softcap = softcap
+        self.view_heads = False  # a refactor that merges heads with .view() instead of .reshape()
+        self.integer_mask = False  # a padding mask built from token ids (int64) handed to SDPA
 
     def forward(self, x):
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if self.integer_mask:
+            mask = torch.ones(s, s, dtype=torch.int64, device=x.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.proj(out.transpose(1, 2).reshape(b, s, d))
+        if self.view_heads:
+            out = (torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.heads), dim=-1) @ v)
+            return self.proj(out.transpose(1, 2).view(b, s, d))
         q = q * (1.0 / math.sqrt(d // self.heads))
         scores = q @ k.transpose(-2, -1)
         if self.softcap is not None:
@@ -387,6 +396,10 @@ def main():
             model.module.skip_value_head = bool(plan_for(cfg, rank, step).get("skip_value_head"))
         if plan_for(cfg, rank, step).get("labels_on_cpu"):  # a new loss path forgets to move the labels
             labels = labels.cpu()
+        for flag in ("view_heads", "integer_mask"):  # an attention code path switched on for this step
+            if plan_for(cfg, rank, step).get(flag):
+                for block in model.module.blocks:
+                    setattr(block.attn, flag, True)
         if cfg.get("hidden_dtype_steps"):  # this rank's config switched on a bf16 activation path
             cast = plan_for(cfg, rank, step).get("hidden_bf16")
             model.module.hidden_dtype = torch.bfloat16 if cast else None
