@@ -166,6 +166,9 @@ SCENARIOS = {
     # batch 20 (device run 26)
     "view-after-transpose": ("rest", dict(plan={"1": {FAIL_STEP: {"view_heads": True}}}), {}, []),
     "sdpa-integer-mask": ("rest", dict(plan={"1": {FAIL_STEP: {"integer_mask": True}}}), {}, []),
+    # batch 21 (device run 27)
+    "dcp-resume-new-head": ("rest", dict(plan={"0": {"2": {"dcp_save": "{job}/dcp/step2"}, FAIL_STEP: {"dcp_load_into_head": "{job}/dcp/step2"}},
+                                              "1": {"2": {"dcp_save": "{job}/dcp/step2"}, FAIL_STEP: {"dcp_load_into_head": "{job}/dcp/step2"}}}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

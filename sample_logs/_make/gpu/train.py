@@ -467,6 +467,18 @@ def main():
         save_to = plan_for(cfg, rank, step).get("save_to")
         if save_to:
             torch.save({"step": step, "model": model.module.state_dict()}, save_to)
+        dcp_dir = plan_for(cfg, rank, step).get("dcp_save")
+        if dcp_dir:  # a distributed checkpoint (torch.distributed.checkpoint) written by every rank
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save({"model": model.module.state_dict()}, checkpoint_id=dcp_dir)
+        dcp_from = plan_for(cfg, rank, step).get("dcp_load_into_head")
+        if dcp_from:  # resumed into a model that gained a value head since the checkpoint was written
+            import torch.distributed.checkpoint as dcp
+
+            grown = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], value_head=True).to(device)
+            state = {"model": grown.state_dict()}
+            dcp.load(state, checkpoint_id=dcp_from)
         state_to = plan_for(cfg, rank, step).get("save_with_state")
         if state_to:  # a resume file with the run's bookkeeping object pickled beside the weights
             torch.save({"model": model.module.state_dict(), "state": RunState(step, loss_value)}, state_to)
