@@ -309,8 +309,9 @@ _JOB_END = ("slurm-time-limit", "slurm-cancelled")
 
 def _before_job_end(window: list[Incident], roots: list[Incident]) -> list[Incident]:
     """When the earliest timed event is SLURM ending the job (a time limit, a cancel), a specific error without
-    a clock printed above it in the same file happened first: the job failed, then sat until the limit (a node
-    whose environment lacks the interpreter, while the others wait at the rendezvous)."""
+    a clock happened before it: above it in the same file, or in another of the job's files (a per-task file),
+    since the end of the job is the last thing a job does. The job failed, then sat until the limit (a node whose
+    environment lacks the interpreter, while the others wait at the rendezvous)."""
     if not all(w.first.pattern is not None and w.first.pattern.id in _JOB_END for w in window):
         return []
     return [
@@ -318,7 +319,7 @@ def _before_job_end(window: list[Incident], roots: list[Incident]) -> list[Incid
         for i in roots
         if i.ts is None
         and i.first.priority >= GENERIC_PRIORITY
-        and any(i.first.file == w.first.file and i.first.line < w.first.line for w in window)
+        and any(i.first.file != w.first.file or i.first.line < w.first.line for w in window)
     ]
 
 

@@ -7,6 +7,7 @@
 #            combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
 #            combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
 #            srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
+#            per-task-python-missing-one-node combined-master-port-taken
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -24,7 +25,8 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     combined-shape combined-sigkill per-task-keyerror per-task-import srun-per-rank-hang srun-per-rank-sigkill
     combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
     combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
-    srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable)
+    srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
+    per-task-python-missing-one-node combined-master-port-taken)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -192,6 +194,17 @@ s.listen(); time.sleep(300)' &
             sleep 1
             MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
             kill "$holder" ;;
+        per-task-python-missing-one-node) # as python-missing-one-node, per-task layout
+            NODE_PYTHON_1=/opt/venvs/train/bin/python LAYOUT=per-task run per-task-python-missing-one-node \
+                "$(config '{}' '{}')" --time=00:01:00 ;;
+        combined-master-port-taken) # as master-port-taken, combined layout
+            "$PYTHON" -c 'import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500))
+s.listen(); time.sleep(300)' &
+            local holder2=$!
+            sleep 1
+            MASTER_PORT_FIXED=29500 LAYOUT=combined run combined-master-port-taken "$(config '{}' '{}')" --time=00:01:00
+            kill "$holder2" ;;
         master-host-unresolvable) # MASTER_ADDR names a host that does not resolve (a typo, another cluster)
             MASTER_HOST=train-master-0 run master-host-unresolvable "$(config '{}' '{}')" --time=00:01:00 ;;
         time-limit)
