@@ -7,7 +7,8 @@
 #            combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
 #            combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
 #            srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
-#            per-task-python-missing-one-node combined-master-port-taken
+#            per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
+#            srun-per-rank-master-port-taken
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -26,7 +27,8 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     combined-hang per-task-time-limit srun-per-rank-shape srun-per-rank-import srun-per-rank-keyerror
     combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
     srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
-    per-task-python-missing-one-node combined-master-port-taken)
+    per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
+    srun-per-rank-master-port-taken)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -194,6 +196,18 @@ s.listen(); time.sleep(300)' &
             sleep 1
             MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
             kill "$holder" ;;
+        srun-per-rank-python-missing) # rank 5's task lacks the interpreter (exit 127); srun ends the step
+            NODE_PYTHON_5=/opt/venvs/train/bin/python LAYOUT=srun-per-rank run srun-per-rank-python-missing \
+                "$(config '{}' '{}')" --ntasks=8 --time=00:01:00 ;;
+        srun-per-rank-master-port-taken) # as master-port-taken, eight srun tasks and no torchrun (env:// init)
+            "$PYTHON" -c 'import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500))
+s.listen(); time.sleep(300)' &
+            local holder3=$!
+            sleep 1
+            MASTER_PORT_FIXED=29500 LAYOUT=srun-per-rank run srun-per-rank-master-port-taken "$(config '{}' '{}')" \
+                --ntasks=8 --time=00:01:00
+            kill "$holder3" ;;
         per-task-python-missing-one-node) # as python-missing-one-node, per-task layout
             NODE_PYTHON_1=/opt/venvs/train/bin/python LAYOUT=per-task run per-task-python-missing-one-node \
                 "$(config '{}' '{}')" --time=00:01:00 ;;
