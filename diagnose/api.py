@@ -91,6 +91,9 @@ def analyze(
     launcher_failed |= srun_reported_ranks(events, rank_map)
     hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
     left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
+    if root is None and hang is None and launcher_failed and printed_world:
+        # a rank the stated world size includes that printed nothing and that no launcher reported: already gone
+        left |= set(range(printed_world)) - seen - launcher_failed
     excerpt = job is None and _is_excerpt(found_files)
     verdict = build_verdict(root, hang, candidates, events, left, excerpt=excerpt)
     if root is not None and verdict.rank is None and printed_world == 1:

@@ -175,6 +175,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             break
         pos = m.end()
     text = line[pos:]
+    if task is not None and text.startswith(("slurmstepd", "srun: ")):
+        task = None  # srun routes its own and slurmstepd's messages through a task's label: not that task's output
     if (m := _JSON_MESSAGE.match(text)) is not None:
         text = text[m.end() :].rstrip().removesuffix(",").removesuffix('"')
         pos = max(pos, 1)

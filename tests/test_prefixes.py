@@ -117,6 +117,14 @@ CASES = [
         None,
         "Traceback (most recent call last):",
     ),  # gpu-filtered-shape-exit: torchrun --role rank labels the local rank, torch's own prefix the global one
+    (
+        "0: slurmstepd-vm: error: *** STEP 88.0 ON vm CANCELLED AT 2026-11-30T03:52:36 DUE TO TIME LIMIT ***",
+        None,
+        None,
+        None,
+        None,
+        "slurmstepd-vm: error: *** STEP 88.0 ON vm CANCELLED AT 2026-11-30T03:52:36 DUE TO TIME LIMIT ***",
+    ),  # slurm-srun-per-rank-time-limit: slurmstepd's message under task 0's label is not task 0's output
 ]
 
 

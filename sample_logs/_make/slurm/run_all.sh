@@ -8,7 +8,7 @@
 #            combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
 #            srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
 #            per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
-#            srun-per-rank-master-port-taken
+#            srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -28,7 +28,7 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
     srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
     per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
-    srun-per-rank-master-port-taken)
+    srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -196,6 +196,15 @@ s.listen(); time.sleep(300)' &
             sleep 1
             MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
             kill "$holder" ;;
+        per-task-hang-stalled-rank) # as hang-stalled-rank (rank 5 waits for a marker that never appears), per-task
+            rm -rf "$WORK/staging"
+            per_rank="{\"5\": {\"ready_file\": \"$WORK/staging/shard-00005.done\"}}"
+            LAYOUT=per-task run per-task-hang-stalled-rank "$(config '{}' "$per_rank")" ;;
+        srun-per-rank-time-limit) # as time-limit (training runs past --time=00:01:00), one srun task per rank
+            LAYOUT=srun-per-rank run srun-per-rank-time-limit \
+                "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" --ntasks=8 --time=00:01:00 ;;
+        combined-early-exit) # as early-exit (rank 6 returns after 8 iterations), combined layout
+            LAYOUT=combined run combined-early-exit "$(config '{}' '{"6": {"stop_after": 8}}')" ;;
         srun-per-rank-python-missing) # rank 5's task lacks the interpreter (exit 127); srun ends the step
             NODE_PYTHON_5=/opt/venvs/train/bin/python LAYOUT=srun-per-rank run srun-per-rank-python-missing \
                 "$(config '{}' '{}')" --ntasks=8 --time=00:01:00 ;;
