@@ -9,6 +9,7 @@
 #            srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
 #            per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
 #            srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
+#            combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -28,7 +29,8 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     combined-checkpoint-truncated combined-megatron-tp-heads per-task-dataloader-worker-killed
     srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
     per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
-    srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit)
+    srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
+    combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -196,6 +198,13 @@ s.listen(); time.sleep(300)' &
             sleep 1
             MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
             kill "$holder" ;;
+        combined-import-one-node) # as import-one-node (rank 5 imports apex), combined layout
+            LAYOUT=combined run combined-import-one-node "$(config '{}' '{"5": {"extra_import": "apex"}}')" ;;
+        per-task-sigkill-rank) # as sigkill-rank (rank 7 SIGKILLs itself at iteration 6), per-task layout
+            LAYOUT=per-task run per-task-sigkill-rank "$(config '{}' '{"7": {"sigkill_at": 6}}')" ;;
+        srun-per-rank-dataloader-worker-killed) # as dataloader-worker-killed (rank 1's worker dies), srun per rank
+            LAYOUT=srun-per-rank run srun-per-rank-dataloader-worker-killed \
+                "$(config '{}' '{"1": {"worker_sigkill_at": 40}}')" --ntasks=8 ;;
         per-task-hang-stalled-rank) # as hang-stalled-rank (rank 5 waits for a marker that never appears), per-task
             rm -rf "$WORK/staging"
             per_rank="{\"5\": {\"ready_file\": \"$WORK/staging/shard-00005.done\"}}"
