@@ -10,6 +10,7 @@
 #            per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
 #            srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
 #            combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed
+#            per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -30,7 +31,8 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     srun-per-rank-early-exit python-missing-one-node master-port-taken master-host-unresolvable
     per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
     srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
-    combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed)
+    combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed
+    per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -198,6 +200,16 @@ s.listen(); time.sleep(300)' &
             sleep 1
             MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
             kill "$holder" ;;
+        per-task-checkpoint-truncated) # as checkpoint-truncated (rank 4's shard cut short), per-task layout
+            truncated_ckpt
+            LAYOUT=per-task run per-task-checkpoint-truncated \
+                "$(config "{\"load\": \"$WORK/ckpt-resume\", \"train_iters\": 40}" '{}')" ;;
+        srun-per-rank-checkpoint-truncated) # as checkpoint-truncated, one srun task per rank
+            truncated_ckpt
+            LAYOUT=srun-per-rank run srun-per-rank-checkpoint-truncated \
+                "$(config "{\"load\": \"$WORK/ckpt-resume\", \"train_iters\": 40}" '{}')" --ntasks=8 ;;
+        combined-code-keyerror) # as code-keyerror (rank 5's unknown loss term), combined layout
+            LAYOUT=combined run combined-code-keyerror "$(config '{}' '{"5": {"loss_terms": ["mse", "z_loss"]}}')" ;;
         combined-import-one-node) # as import-one-node (rank 5 imports apex), combined layout
             LAYOUT=combined run combined-import-one-node "$(config '{}' '{"5": {"extra_import": "apex"}}')" ;;
         per-task-sigkill-rank) # as sigkill-rank (rank 7 SIGKILLs itself at iteration 6), per-task layout
