@@ -11,6 +11,7 @@
 #            srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
 #            combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed
 #            per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror
+#            per-task-megatron-tp-heads srun-per-rank-megatron-tp-heads combined-dataloader-worker-killed
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -32,7 +33,8 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     per-task-python-missing-one-node combined-master-port-taken srun-per-rank-python-missing
     srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
     combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed
-    per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror)
+    per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror
+    per-task-megatron-tp-heads srun-per-rank-megatron-tp-heads combined-dataloader-worker-killed)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -200,6 +202,16 @@ s.listen(); time.sleep(300)' &
             sleep 1
             MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
             kill "$holder" ;;
+        per-task-megatron-tp-heads | srun-per-rank-megatron-tp-heads) # as megatron-tp-heads, other layouts
+            local layout=${1%-megatron-tp-heads} extra=()
+            if [[ $layout == srun-per-rank ]]; then extra=(--ntasks=8); fi
+            LAYOUT=$layout run "$1" "$(config '{"use_mcore_models": true, "num_layers": 2, "hidden_size": 768,
+                "num_attention_heads": 12, "ffn_hidden_size": 3072, "seq_length": 1024,
+                "max_position_embeddings": 1024, "tensor_model_parallel_size": 8,
+                "pipeline_model_parallel_size": 1, "context_parallel_size": 1, "global_batch_size": 64,
+                "bf16": false, "fp16": false, "tokenizer_type": "GPT2BPETokenizer"}' '{}')" "${extra[@]}" ;;
+        combined-dataloader-worker-killed) # as dataloader-worker-killed (rank 1's worker dies), combined layout
+            LAYOUT=combined run combined-dataloader-worker-killed "$(config '{}' '{"1": {"worker_sigkill_at": 40}}')" ;;
         per-task-checkpoint-truncated) # as checkpoint-truncated (rank 4's shard cut short), per-task layout
             truncated_ckpt
             LAYOUT=per-task run per-task-checkpoint-truncated \
