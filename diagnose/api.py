@@ -90,10 +90,11 @@ def analyze(
     launcher_failed = {r["grank"] for r in exit_rows(events) if r["grank"] is not None}
     launcher_failed |= srun_reported_ranks(events, rank_map)
     hang = analyze_hang(candidates, expected, seen, launcher_failed or None) if root is None else None
-    left = ranks_that_left(candidates, seen, launcher_failed or None) if root is None and hang is None else set()
-    if root is None and hang is None and launcher_failed and printed_world:
-        # a rank the stated world size includes that printed nothing and that no launcher reported: already gone
-        left |= set(range(printed_world)) - seen - launcher_failed
+    left = (
+        ranks_that_left(candidates, seen, launcher_failed or None, printed_world)
+        if root is None and hang is None
+        else set()
+    )
     excerpt = job is None and _is_excerpt(found_files)
     verdict = build_verdict(root, hang, candidates, events, left, excerpt=excerpt)
     if root is not None and verdict.rank is None and printed_world == 1:

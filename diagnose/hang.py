@@ -16,6 +16,7 @@ from diagnose.candidates import Candidate
 _TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carrying SeqNum / op / sizes
 _STATUS_PATTERN = "nccl-watchdog-work-status"
 WAIT_EVIDENCE = 30
+_LOWER_SEQ = "timed out on an earlier collective (lower SeqNum) than the others"
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,17 @@ def _whole_world(expected: set[int]) -> bool:
     return n > 0 and (n & (n - 1) == 0 or n % 8 == 0)
 
 
-def ranks_that_left(candidates: list[Candidate], seen: set[int], launcher_failed: set[int] | None) -> set[int]:
+def ranks_that_left(
+    candidates: list[Candidate], seen: set[int], launcher_failed: set[int] | None, world: int = 0
+) -> set[int]:
     """Ranks seen printing ordinary lines, yet with no timeout, no error and no SIGTERM from the launcher,
     in a job whose launcher reported its failures: they were gone before the others gave up (ran out of
-    data, returned early, skipped the collective). Without a launcher report nothing can be said."""
+    data, returned early, skipped the collective). Without a launcher report nothing can be said. `world`,
+    a world size a process stated, adds the ranks it includes that printed nothing and no launcher reported."""
     if not launcher_failed:
         return set()
     active = {c.rank for c in candidates if c.rank is not None}
-    return seen - active - launcher_failed
+    return (seen - active - launcher_failed) | (set(range(world)) - seen - launcher_failed)
 
 
 def analyze_hang(
@@ -123,6 +127,7 @@ def analyze_hang(
     if len({s for s in seqs.values()}) > 1:
         low = min(s for s in seqs.values() if s is not None)
         behind = {r for r, s in seqs.items() if s == low}
+    lower_seq = bool(behind) and len(behind) < len(seqs)
     if named:
         suspects, reason = (
             named,
@@ -141,16 +146,16 @@ def analyze_hang(
         )
     elif bystanders:
         suspects, reason = bystanders, "printed lines of its own but no timeout while the others timed out"
-    elif behind and len(behind) < len(seqs) and same_group:
+    elif lower_seq and same_group:
         # SeqNums of one process group that the ranks printed themselves outweigh the silence of ranks a paste
         # may simply have left out
-        suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"
+        suspects, reason = behind, _LOWER_SEQ
     elif silent and len(victims) > 1 and _whole_world(expected):
         # One visible rank says nothing about the others (a paste of one rank's output); several ranks
         # timing out while one prints nothing does, when ranks 0..max look like the whole job.
         suspects, reason = silent, "printed nothing while the others timed out"
-    elif behind and len(behind) < len(seqs):
-        suspects, reason = behind, "timed out on an earlier collective (lower SeqNum) than the others"
+    elif lower_seq:
+        suspects, reason = behind, _LOWER_SEQ
     elif launcher_failed and victims and seen <= victims and launcher_failed <= victims:
         # A collective needs at least one more rank than the ones seen waiting; the launcher reported no other
         # failure and stopped no other worker, so those ranks had already exited: their number is not logged.

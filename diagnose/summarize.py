@@ -356,6 +356,9 @@ def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
     return sorted(failed) if len(failed) == 1 else []
 
 
+_RAISED_NCCL_ERROR = regex.compile(r"NCCL [Ee]rror")
+
+
 def _raised_above(first: Candidate, candidates: list[Candidate]) -> Candidate | None:
     """An NCCL failure seen as a log line may be the detail ("Last error:", a WARN) of an NCCL error raised
     just above it: that raised error is what to quote, and its writer's rank is the failure's."""
@@ -368,8 +371,7 @@ def _raised_above(first: Candidate, candidates: list[Candidate]) -> Candidate | 
         and c.pattern.id == "nccl-error"
         and c.file == first.file
         and 0 < first.line - c.line <= _LAST_ERROR_LINES
-        and regex.search(r"NCCL [Ee]rror", c.text)
-        is not None  # the raised error, not its `ncclInvalidUsage: ...` gloss
+        and _RAISED_NCCL_ERROR.search(c.text) is not None  # the raised error, not its `ncclInvalidUsage: ...` gloss
         and not _garbled(c.text)  # two processes' exception lines written into each other: quote the detail
     ]
     return min(raised, key=lambda c: c.line) if raised else None
@@ -430,8 +432,8 @@ _RAY_DEDUP = regex.compile(r" \[repeated \d+x across cluster\]$")
 
 def _unglued(text: str, candidates: list[Candidate]) -> str:
     text = _RAY_DEDUP.sub("", text.rstrip())
-    whole = _GLUED_EXCEPTION_TYPE.sub("", text.rstrip())
-    return whole if whole != text.rstrip() and any(c.text.strip() == whole.strip() for c in candidates) else text
+    whole = _GLUED_EXCEPTION_TYPE.sub("", text)
+    return whole if whole != text and any(c.text.strip() == whole.strip() for c in candidates) else text
 
 
 def _headline(candidate: Candidate) -> str:
