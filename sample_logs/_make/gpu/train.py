@@ -6,6 +6,7 @@ fused kernel, megatron-core parallel setup). The generator (run_all.sh) writes o
 """
 
 import ctypes
+import io
 import json
 import math
 import os
@@ -59,7 +60,7 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             return self.proj(out.transpose(1, 2).reshape(b, s, d))
         if self.view_heads:
-            out = (torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.heads), dim=-1) @ v)
+            out = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.heads), dim=-1) @ v
             return self.proj(out.transpose(1, 2).view(b, s, d))
         q = q * (1.0 / math.sqrt(d // self.heads))
         scores = q @ k.transpose(-2, -1)
@@ -85,8 +86,17 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab, dim, heads, layers, softcap=None, fused_embedding=False, unchecked_embedding=False,
-                 value_head=False):
+    def __init__(
+        self,
+        vocab,
+        dim,
+        heads,
+        layers,
+        softcap=None,
+        fused_embedding=False,
+        unchecked_embedding=False,
+        value_head=False,
+    ):
         super().__init__()
         self.value_head = nn.Linear(dim, 1) if value_head else None  # an auxiliary head some steps skip
         self.skip_value_head = False
@@ -153,8 +163,9 @@ class FusedEmbedding(torch.autograd.Function):
     def forward(ctx, ids, weight):
         flat = ids.reshape(-1).contiguous()
         out = torch.empty(flat.numel(), weight.size(1), device=weight.device, dtype=weight.dtype)
-        _embedding_kernel[(flat.numel(),)](flat, weight, out, weight.size(1),
-                                           BLOCK_D=triton.next_power_of_2(weight.size(1)))
+        _embedding_kernel[(flat.numel(),)](
+            flat, weight, out, weight.size(1), BLOCK_D=triton.next_power_of_2(weight.size(1))
+        )
         ctx.save_for_backward(flat)
         ctx.weight_shape = weight.shape
         return out.view(*ids.shape, weight.size(1))
@@ -249,7 +260,9 @@ class ShardSamples(torch.utils.data.Dataset):
         if index == self.slow_index:  # a record on a network file system that stops answering
             time.sleep(3600)
         if index == self.bad_index:
-            raise ValueError(f"record {index}: expected {self.cfg['seq_len'] + 1} tokens, found 0 (empty line in shard)")
+            raise ValueError(
+                f"record {index}: expected {self.cfg['seq_len'] + 1} tokens, found 0 (empty line in shard)"
+            )
         g = torch.Generator().manual_seed(1000 * self.rank + index)
         return torch.randint(0, self.cfg["vocab"], (self.cfg["seq_len"] + 1,), generator=g)
 
@@ -308,6 +321,7 @@ def setup_megatron(cfg):
 def main():
     cfg = load_config()
     local_rank = int(os.environ["LOCAL_RANK"])
+    time.sleep(cfg.get("sleep_before_init_s", {}).get(os.environ.get("RANK", ""), 0))  # e.g. a slow index build
     if torch.cuda.is_available():
         gpu = cfg.get("gpu_index", local_rank)
         torch.cuda.set_device(gpu)
@@ -316,8 +330,7 @@ def main():
         if hog_mib is not None:  # another tenant holds the GPU when the process group starts
             free, _ = torch.cuda.mem_get_info(device)
             cfg["_hog"] = torch.empty(free - hog_mib * 2**20, dtype=torch.uint8, device=device)
-        dist.init_process_group("nccl", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)),
-                                device_id=device)
+        dist.init_process_group("nccl", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)), device_id=device)
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)))
@@ -335,12 +348,18 @@ def main():
     if "megatron" in cfg:
         tcfg = setup_megatron(cfg)
         if rank == 0:
-            print(f"model parallel setup done: {tcfg.num_layers} layers, hidden {tcfg.hidden_size}",
-                  flush=True)
+            print(f"model parallel setup done: {tcfg.num_layers} layers, hidden {tcfg.hidden_size}", flush=True)
 
-    model = TinyGPT(cfg["vocab"], cfg["dim"], cfg["heads"], cfg["layers"], cfg.get("softcap"),
-                    cfg.get("fused_embedding", False), cfg.get("unchecked_embedding", False),
-                    cfg.get("value_head", False) or rank in cfg.get("value_head_ranks", [])).to(device)
+    model = TinyGPT(
+        cfg["vocab"],
+        cfg["dim"],
+        cfg["heads"],
+        cfg["layers"],
+        cfg.get("softcap"),
+        cfg.get("fused_embedding", False),
+        cfg.get("unchecked_embedding", False),
+        cfg.get("value_head", False) or rank in cfg.get("value_head_ranks", []),
+    ).to(device)
     if cfg.get("resume_from"):  # the run resumes from the checkpoint its config names
         model.load_state_dict(torch.load(cfg["resume_from"], map_location=device)["model"])
     for name, param in model.named_parameters():  # layers kept frozen while the rest fine-tunes
@@ -352,8 +371,11 @@ def main():
         model = FSDP(model, device_id=device.index, use_orig_params=cfg.get("fsdp_orig_params", True))
     else:
         model.reentrant_checkpoint = cfg.get("reentrant_checkpoint", False)
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                    find_unused_parameters=cfg.get("find_unused_parameters", False))
+        model = DDP(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=cfg.get("find_unused_parameters", False),
+        )
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.get("lr", 3e-4))
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
@@ -372,8 +394,12 @@ def main():
     loader_keys = ("loader_bad_index", "loader_slow_index", "loader_huge_index")
     if any(cfg.get(k) is not None for k in loader_keys):
         bad, slow, huge = ((cfg.get(k) or {}).get(str(rank)) for k in loader_keys)
-        loader = torch.utils.data.DataLoader(ShardSamples(cfg, rank, bad, slow, huge), batch_size=cfg["micro_batch"],
-                                             num_workers=2, timeout=cfg.get("loader_timeout_s", 0))
+        loader = torch.utils.data.DataLoader(
+            ShardSamples(cfg, rank, bad, slow, huge),
+            batch_size=cfg["micro_batch"],
+            num_workers=2,
+            timeout=cfg.get("loader_timeout_s", 0),
+        )
         loader_iter = iter(loader)
     stats_fn = None
     # a gloo group for monitored_barrier, which NCCL does not implement
@@ -445,6 +471,8 @@ def main():
             flag = torch.zeros(1) if step_plan.get("flag_on_cpu") else torch.zeros(1, device=device)
             dist.all_reduce(flag)
         if step_plan.get("leave_free_mib") is not None and device.type == "cuda":  # another tenant fills the GPU
+            if step_plan.get("release_cache"):  # ...after this process handed its cached blocks back
+                torch.cuda.empty_cache()
             free, _ = torch.cuda.mem_get_info(device)
             hog = torch.empty(free - step_plan["leave_free_mib"] * 2**20, dtype=torch.uint8, device=device)  # noqa: F841
         if step_plan.get("reload"):  # re-read the weights another rank wrote
@@ -485,9 +513,23 @@ def main():
         resume_from = plan_for(cfg, rank, step).get("resume_now")
         if resume_from:  # resume with torch.load's defaults (weights_only=True since torch 2.6)
             model.module.load_state_dict(torch.load(resume_from, map_location=device)["model"])
+        shard_to = plan_for(cfg, rank, step).get("save_optimizer_shard")
+        if shard_to:  # each rank writes its own optimizer shard, as ZeRO-style checkpoints do
+            blob = io.BytesIO()
+            torch.save(opt.state_dict(), blob)
+            data = blob.getvalue()
+            if plan_for(cfg, rank, step).get("disk_full"):  # the file system fills up halfway through the write
+                data = data[: len(data) // 2]
+            with open(shard_to.format(rank=rank), "wb") as f:
+                f.write(data)
+        shard_from = plan_for(cfg, rank, step).get("resume_optimizer_shard")
+        if shard_from:
+            opt.load_state_dict(torch.load(shard_from.format(rank=rank), map_location=device))
         shrunk_to = plan_for(cfg, rank, step).get("save_shrunk_vocab")
         if shrunk_to:  # an export from a run whose tokenizer had 8 fewer tokens
-            sd = {k: (v[:-8] if k in ("embed.weight", "head.weight") else v) for k, v in model.module.state_dict().items()}
+            sd = {
+                k: (v[:-8] if k in ("embed.weight", "head.weight") else v) for k, v in model.module.state_dict().items()
+            }
             torch.save(sd, shrunk_to)
         weights_to = plan_for(cfg, rank, step).get("save_weights_without")
         if weights_to:  # an export that drops some tensors (an older layout of the model)
