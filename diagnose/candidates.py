@@ -14,6 +14,8 @@ from diagnose.patterns import Pattern
 Row = dict[str, Any]
 _DIGITS = regex.compile(r"\d+")
 GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
+# the subcategory of a SIGABRT exit that is a rank's own NCCL watchdog taking it down after a collective timed out
+WATCHDOG_ABORT = "watchdog_abort"
 
 
 @dataclass

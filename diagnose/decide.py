@@ -18,13 +18,14 @@ from typing import Any
 import polars as pl
 import regex
 
-from diagnose.candidates import GENERIC_PRIORITY, Candidate, Incident, Row, order_key
+from diagnose.candidates import GENERIC_PRIORITY, WATCHDOG_ABORT, Candidate, Incident, Row, order_key
 from diagnose.patterns import Pattern
 from diagnose.refine import (
     SIGNAL_DEATH_PRIORITY,
     refine_bare_asserts,
     refine_by_cut_traceback,
     refine_by_phase,
+    refine_launcher_error_file,
     refine_launcher_reports,
     refine_native_crashes,
     refine_retried_lookups,
@@ -134,6 +135,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_bare_asserts(candidates)
     refine_native_crashes(candidates)
     refine_launcher_reports(candidates)
+    refine_launcher_error_file(candidates)
     refine_retried_lookups(candidates)
     candidates.extend(_duplicate_ranks(candidates))
     refine_by_phase(candidates)
@@ -200,6 +202,10 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
     """Signal deaths from torchrun's summary: SIGKILL/SIGSEGV with no error of the rank's own is a root."""
     explained = {c.rank for c in others if c.role == "root" and c.rank is not None}
     timed_out = {c.rank for c in others if c.role == "symptom" and c.rank is not None}
+    # where a collective timeout was logged: a SIGABRT the launcher records after one in the same file is the
+    # watchdog taking its process down (torchrun ends the others within seconds of a real crash, before any
+    # collective could time out)
+    timeouts = [(c.file, c.line) for c in others if c.role == "symptom" and c.category == "hang"]
     seen: set[int | None] = set()
     out = []
     rows = exit_rows(events)
@@ -213,7 +219,10 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
             continue
         seen.add(rank)
         late = first_failure is not None and row["ts"] is not None and (row["ts"] - first_failure).total_seconds() > 1
-        if signal not in TEARDOWN_SIGNALS and not late and (signal != "SIGABRT" or rank not in timed_out):
+        watchdog_abort = signal == "SIGABRT" and (
+            rank in timed_out or any(f == row["file"] and line < row["line"] for f, line in timeouts)
+        )
+        if signal not in TEARDOWN_SIGNALS and not late and not watchdog_abort:
             role = "root" if rank not in explained else "symptom"
         else:
             role = "symptom"
@@ -221,7 +230,9 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
             "killed",
             signal_subcategory(signal),
         )
-        if role == "symptom":
+        if watchdog_abort:
+            sub = WATCHDOG_ABORT
+        elif role == "symptom":
             sub = "teardown"
         out.append(
             Candidate(

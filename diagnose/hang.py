@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.candidates import Candidate
+from diagnose.candidates import WATCHDOG_ABORT, Candidate
 
 _TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carrying SeqNum / op / sizes
 _STATUS_PATTERN = "nccl-watchdog-work-status"
@@ -91,6 +91,8 @@ def analyze_hang(
     # a flight-recorder notice) do the other hang lines stand in: a notified rank may not even be in the
     # stuck collective, so it must not drown out a straggler found by the timeouts.
     victims = set(per_rank) or {c.rank for c in waited if c.rank is not None and c.subcategory != "straggler"}
+    # a rank the launcher saw die of SIGABRT after the timeouts was taken down by its own watchdog: it timed out too
+    victims |= {c.rank for c in candidates if c.subcategory == WATCHDOG_ABORT and c.rank is not None}
     named = {
         int(r)
         for c in waited

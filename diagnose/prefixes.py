@@ -43,7 +43,7 @@ _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]
 # (jobid, rank, host)
 _MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
-_STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?[,:]? ")
+_STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]? ")
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 # Ray's C++ log lines: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: msg`
 _RAY_CPP = regex.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ([DIWEF]) \d+ \d+\] [\w./-]+:\d+: ")

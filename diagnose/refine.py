@@ -48,6 +48,16 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
             c.category = refined[c.signature]
 
 
+def refine_launcher_error_file(candidates: list[Candidate]) -> None:
+    """torchrun reads the error file each worker writes as it dies. A worker killed in the middle of writing it
+    (the watchdog aborting the process) leaves it empty, and the agent's own traceback then ends in a JSON
+    error: the launcher tripping over the aftermath, not a cause."""
+    aftermath = {c.signature for c in candidates if c.from_traceback and c.phase == "launcher_error_file"}
+    for c in candidates:
+        if c.signature in aftermath:
+            c.role, c.category, c.subcategory = "symptom", "killed", "teardown"
+
+
 _NEXT_TRACEBACK_LINES = 3
 
 

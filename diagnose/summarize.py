@@ -171,7 +171,9 @@ def build_verdict(
         )
     stopped = _launcher_signalled(candidates)
     if stopped is not None and all(r["signal"] in TEARDOWN_SIGNALS for r in failed):
-        signal = _signal_name(stopped.fields.get("received") or stopped.fields.get("signum") or "")
+        signal = _signal_name(
+            stopped.fields.get("received") or stopped.fields.get("signum") or stopped.fields.get("signal") or ""
+        )
         return Verdict(
             category="killed",
             subcategory=signal_subcategory(signal) if signal.startswith("SIG") else None,
@@ -235,6 +237,20 @@ def build_verdict(
             explanation="A Python traceback started but was cut before its exception line; the frames show where.",
         )
     teardown = [c for c in candidates if c.category == "killed"]
+    interrupted = [c for c in teardown if c.subcategory == "sigint" and c.role == "symptom"]
+    if interrupted:
+        # every process stopped at a KeyboardInterrupt: Ctrl-C or a SIGINT from outside, not a fault of theirs
+        first = min(interrupted, key=lambda c: (c.file, c.line))
+        return Verdict(
+            category="killed",
+            subcategory="sigint",
+            title="The processes were interrupted (SIGINT / Ctrl-C); none failed on its own",
+            ranks=tuple(sorted({c.rank for c in interrupted if c.rank is not None})),
+            exception=first.text.strip(),
+            confidence="medium",
+            pattern=cast(Pattern, first.pattern).id,
+            explanation=cast(Pattern, first.pattern).explanation,
+        )
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     if excerpt:
@@ -266,14 +282,19 @@ def _quiet_failure(failed: list[dict[str, object]], candidates: list[Candidate])
     return None if own else first
 
 
+_FORWARDED_SIGNALS = {"SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
+
+
 def _launcher_signalled(candidates: list[Candidate]) -> Candidate | None:
-    """torchrun's agent saying a signal reached IT (not a worker): the job was stopped from outside."""
+    """torchrun's agent saying a signal reached IT (not a worker): the job was stopped from outside. Its own
+    teardown after a worker failed sends SIGTERM; passing on any other signal (SIGHUP when the terminal closed,
+    SIGINT) means the agent received that signal itself."""
     received = [
         c
         for c in candidates
         if c.pattern is not None
         and c.pattern.id == "torchrun-sigterm-teardown"
-        and (c.fields.get("received") or c.fields.get("signum"))
+        and (c.fields.get("received") or c.fields.get("signum") or c.fields.get("signal") in _FORWARDED_SIGNALS)
     ]
     return min(received, key=lambda c: ("SignalException" not in c.text, c.file, c.line), default=None)
 
@@ -390,8 +411,14 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
     if first.pattern is None and first.category == "killed":
         # a signal death known from an exit record: quote the launcher's line that reports it, if one was printed
         code = str(first.rows[0]["exitcode"]) if first.rows else None
+        # the agent's `failed (exitcode: -11)` line, else the summary's `Signal 11 (SIGSEGV) received by PID`
         reports = [
-            c for c in candidates if c.pattern is not None and c.fields.get("exitcode") == code and c.rank == first.rank
+            c
+            for c in candidates
+            if c.pattern is not None
+            and c.rank == first.rank
+            and code is not None
+            and (c.fields.get("exitcode") == code or "-" + c.fields.get("signum", "") == code)
         ]
         return min(reports, key=lambda c: (c.file, c.line)).text if reports else None
     # NCCL's own WARN that names a failure (a specific signature) is quoted as it is
@@ -430,8 +457,20 @@ _GLUED_EXCEPTION_TYPE = regex.compile(r"(?<=[.!?)'\"])[A-Z]\w*(?:Error|Exception
 _RAY_DEDUP = regex.compile(r" \[repeated \d+x across cluster\]$")
 
 
+# A whole terminal session pasted as one line: the traceback's frames, then the exception, then the next prompt.
+_FLAT_FRAMES = regex.compile(r'Traceback \(most recent call last\):.*File "[^"]+", line \d+')
+_EXCEPTION_START = regex.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure):")
+_SHELL_PROMPT = regex.compile(r"\s+(?:\(\S+\)\s+)?[\w.-]+@[\w.-]+:\S*[$#]\s*$")
+
+
+def _unflattened(text: str) -> str:
+    frames = _FLAT_FRAMES.search(text)
+    start = _EXCEPTION_START.search(text, frames.end()) if frames else None
+    return _SHELL_PROMPT.sub("", text[start.start() :]) if start else text
+
+
 def _unglued(text: str, candidates: list[Candidate]) -> str:
-    text = _RAY_DEDUP.sub("", text.rstrip())
+    text = _unflattened(_RAY_DEDUP.sub("", text.rstrip()))
     whole = _GLUED_EXCEPTION_TYPE.sub("", text)
     return whole if whole != text and any(c.text.strip() == whole.strip() for c in candidates) else text
 

@@ -79,20 +79,31 @@ _RENDEZVOUS = (
     "_rendezvous",
 )
 
-_CHECKPOINT_LOAD = regex.compile(r"load_(?:\w+_)?(?:checkpoint|state_dict)|load_from_\w*state_dict|load_model_state")
+_CHECKPOINT_LOAD = regex.compile(
+    r"(?:load|check|read|resume)_(?:\w+_)?(?:checkpoint|ckpt|state_dict)|load_from_\w*state_dict|load_model_state"
+)
 _CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$")
 
 
 _ARGUMENT_CHECKS = ("validate_args", "parse_args", "_parse_args", "check_args", "validate_arguments")
 _ARGUMENT_MODULES = ("arguments.py", "args.py")
+# the launcher's entry modules: an error raised in them, not deeper in the agent, is about the launch command
+_LAUNCHER_ENTRY = ("torch/distributed/run.py", "torch/distributed/launch.py")
+# ...except the functions that run the workers and report their failure (the old launcher raises
+# CalledProcessError from its main)
+_LAUNCHER_DRIVERS = ("<module>", "main", "run", "launch", "wrapper")
 
 
 def _checks_arguments(frame: Frame) -> bool:
     """Argument validation: Megatron's validate_args, argparse, a config dataclass's __post_init__, anything
-    raised in a project's own arguments module (SwissArmyTransformer's `sat/arguments.py: get_args`)."""
-    name = frame.path.replace("\\", "/").rsplit("/", 1)[-1]
+    raised in a project's own arguments module (SwissArmyTransformer's `sat/arguments.py: get_args`) or in
+    torchrun's own entry module."""
+    path = frame.path.replace("\\", "/")
+    name = path.rsplit("/", 1)[-1]
     if frame.func in _ARGUMENT_CHECKS or name in _ARGUMENT_MODULES:
         return True
+    if path.endswith(_LAUNCHER_ENTRY) and frame.func not in _LAUNCHER_DRIVERS:
+        return True  # torchrun reading its own command line (`int(nproc_per_node)` in determine_local_world_size)
     return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
 
 
@@ -129,19 +140,28 @@ def output_phase(exc_type: str | None, source: str | None) -> str | None:
     return None
 
 
+# torchrun's agent reading the error file a worker wrote as it died (ProcessFailure.__post_init__)
+_ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__.py"
+
+
 def phase_of(frames: tuple[Frame, ...]) -> str | None:
     """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init."""
     funcs = {f.func for f in frames}
     paths = " ".join(f.path for f in frames)
+    if any(f.func == "__post_init__" and f.path.endswith(_ELASTIC_ERROR_FILE) for f in frames):
+        return "launcher_error_file"
     if any(
         _CHECKPOINT_LOAD.search(f.func)
         or "/safetensors/" in f.path
         or (f.func == "load" and f.path.endswith("torch/serialization.py"))
+        or f.path.endswith("distributed/checkpoint/state_dict_loader.py")
         for f in frames
     ):
         return "checkpoint_load"
     if any(
-        _CHECKPOINT_SAVE.search(f.func) or (f.func == "save" and f.path.endswith("torch/serialization.py"))
+        _CHECKPOINT_SAVE.search(f.func)
+        or (f.func == "save" and f.path.endswith("torch/serialization.py"))
+        or f.path.endswith("distributed/checkpoint/state_dict_saver.py")
         for f in frames
     ):
         return "checkpoint_save"

@@ -98,11 +98,14 @@ def test_summary_alone_still_carries_the_error(tmp_path):
     assert verdict.exception == "RuntimeError: shape '[4, 1024]' is invalid for input of size 3096"
 
 
+# Runs with --tee, whose console repeats the workers' lines (the quiet layout's console holds only the agent's).
 GPU_RUNS = sorted(
-    p.parent for p in SAMPLE.parent.glob("gpu-*/expected.toml") if any((p.parent / "torchrun-logs").rglob("*.log"))
+    p.parent
+    for p in SAMPLE.parent.glob("gpu-*/expected.toml")
+    if any((p.parent / "torchrun-logs").rglob("*.log")) and not p.parent.name.startswith("gpu-quiet-")
 )
 # Facts only the launcher prints: a worker killed by a signal with no line of its own, torchrun's own SIGTERM.
-LAUNCHER_ONLY = {"gpu-sigkill", "gpu-external-sigterm"}
+LAUNCHER_ONLY = {"gpu-sigkill", "gpu-external-sigterm", "gpu-keyboard-interrupt"}
 
 
 def _copy_part(run: Path, dest: Path, tree: bool) -> Path:
@@ -126,6 +129,14 @@ def test_gpu_run_read_from_either_half_of_its_files(run, tree, tmp_path):
     assert (verdict.category, verdict.rank) == (expected["category"], expected.get("rank"))
     if "exception" in expected:
         assert (verdict.exception or "").strip() == expected["exception"].strip()
+
+
+def test_interrupted_workers_alone_read_as_an_interrupt(tmp_path):
+    """Without the launcher's console (which says the agent got SIGINT), the workers' own files show only
+    KeyboardInterrupt tracebacks: the job was interrupted, no rank failed."""
+    verdict = _verdict(_copy_part(SAMPLE.parent / "gpu-keyboard-interrupt", tmp_path / "job", True))
+    assert (verdict.category, verdict.subcategory, verdict.rank) == ("killed", "sigint", None)
+    assert verdict.exception == "KeyboardInterrupt"
 
 
 def test_printed_world_size_shows_a_silent_top_rank(tmp_path):

@@ -313,9 +313,7 @@ SCENARIOS = {
         {},
         [],
     ),
-    "oom-optimizer-states": ("mem", dict(plan={"1": {"1": {"release_cache": True, "leave_free_mib": 64}}}), {}, []),
     "oom-eval": ("mem", dict(eval_every=4, plan={"0": {"10000": {"seq_len": "oom_fwd"}}}), {}, []),
-    "slow-rank-before-init": ("rest", dict(sleep_before_init_s={"1": 150}), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -349,7 +347,6 @@ GPU_ONLY = {
     "nccl-init-oom",
     "flag-on-other-gpu",
     "cuda-graph-sync",
-    "oom-optimizer-states",
     "oom-eval",
 }
 

@@ -321,7 +321,6 @@ def setup_megatron(cfg):
 def main():
     cfg = load_config()
     local_rank = int(os.environ["LOCAL_RANK"])
-    time.sleep(cfg.get("sleep_before_init_s", {}).get(os.environ.get("RANK", ""), 0))  # e.g. a slow index build
     if torch.cuda.is_available():
         gpu = cfg.get("gpu_index", local_rank)
         torch.cuda.set_device(gpu)
@@ -471,8 +470,6 @@ def main():
             flag = torch.zeros(1) if step_plan.get("flag_on_cpu") else torch.zeros(1, device=device)
             dist.all_reduce(flag)
         if step_plan.get("leave_free_mib") is not None and device.type == "cuda":  # another tenant fills the GPU
-            if step_plan.get("release_cache"):  # ...after this process handed its cached blocks back
-                torch.cuda.empty_cache()
             free, _ = torch.cuda.mem_get_info(device)
             hog = torch.empty(free - step_plan["leave_free_mib"] * 2**20, dtype=torch.uint8, device=device)  # noqa: F841
         if step_plan.get("reload"):  # re-read the weights another rank wrote
