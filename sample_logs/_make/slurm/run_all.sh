@@ -12,6 +12,8 @@
 #            combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed
 #            per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror
 #            per-task-megatron-tp-heads srun-per-rank-megatron-tp-heads combined-dataloader-worker-killed
+#            script-missing combined-script-missing srun-per-rank-script-missing bad-argument per-task-bad-argument
+#            srun-per-rank-bad-argument
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -34,7 +36,9 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     srun-per-rank-master-port-taken per-task-hang-stalled-rank srun-per-rank-time-limit combined-early-exit
     combined-import-one-node per-task-sigkill-rank srun-per-rank-dataloader-worker-killed
     per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror
-    per-task-megatron-tp-heads srun-per-rank-megatron-tp-heads combined-dataloader-worker-killed)
+    per-task-megatron-tp-heads srun-per-rank-megatron-tp-heads combined-dataloader-worker-killed
+    script-missing combined-script-missing srun-per-rank-script-missing bad-argument per-task-bad-argument
+    srun-per-rank-bad-argument)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -263,6 +267,14 @@ s.listen(); time.sleep(300)' &
             kill "$holder2" ;;
         master-host-unresolvable) # MASTER_ADDR names a host that does not resolve (a typo, another cluster)
             MASTER_HOST=train-master-0 run master-host-unresolvable "$(config '{}' '{}')" --time=00:01:00 ;;
+        script-missing | combined-script-missing | srun-per-rank-script-missing) # the job names a misspelled script
+            local layout=torchrun-logs extra=()
+            case $1 in combined-*) layout=combined ;; srun-per-rank-*) layout=srun-per-rank extra=(--ntasks=8) ;; esac
+            TRAIN_SCRIPT=$WORK/code/trian.py LAYOUT=$layout run "$1" "$(config '{}' '{}')" "${extra[@]}" ;;
+        bad-argument | per-task-bad-argument | srun-per-rank-bad-argument) # a Megatron-style flag the script lacks
+            local layout=torchrun-logs extra=()
+            case $1 in per-task-*) layout=per-task ;; srun-per-rank-*) layout=srun-per-rank extra=(--ntasks=8) ;; esac
+            TRAIN_ARGS="--micro-batch-size 8" LAYOUT=$layout run "$1" "$(config '{}' '{}')" "${extra[@]}" ;;
         time-limit)
             run time-limit "$(config '{"train_iters": 100000, "log_interval": 50, "step_sleep": 0.1}' '{}')" \
                 --time=00:01:00 ;;

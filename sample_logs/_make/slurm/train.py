@@ -1,6 +1,7 @@
 """A small data-parallel CPU training job (gloo) used to produce real SLURM/torchrun logs.
 
-Everything it does is read from the JSON file named by $TRAIN_CONFIG; that file is never printed.
+Everything it does is read from the JSON file named by $TRAIN_CONFIG; that file is never printed. It takes no
+command-line options, and refuses any it is given (argparse), as a training script does with a misspelled flag.
 Sections:
   args      Megatron-style arguments; rank 0 prints them in Megatron's `_print_args` layout.
             With use_mcore_models, a megatron.core TransformerConfig is built from them.
@@ -14,6 +15,7 @@ Sections:
 The stdout of every rank carries one start line; rank 0 also prints iteration lines.
 """
 
+import argparse
 import datetime
 import importlib
 import json
@@ -159,6 +161,7 @@ def train(cfg, args, rank, world_size):
 
 @record
 def main():
+    argparse.ArgumentParser(description="data-parallel CPU training job").parse_args()
     cfg = load_config()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.get("timeout_s", 30)))
     rank, world_size = dist.get_rank(), dist.get_world_size()
