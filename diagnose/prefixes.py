@@ -33,7 +33,8 @@ _QUOTE = regex.compile(r"> ")
 _JSON_MESSAGE = regex.compile(r'\s*"message": "(?=[A-Za-z_][\w.]*(?:Error|Exception)\b)')
 # Determined AI: `<>        [2021-12-07 10:42:15] 1d0cefc1 [rank=1] || msg`
 _DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank=(\d{1,7})\] \|\| ")
-_BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?")  # `[stderr]ModuleNotFoundError: ...`
+# `[stderr]ModuleNotFoundError: ...`, and a launcher relaying a child's streams as `stderr: Traceback ...`
+_BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?|(?:stdout|stderr): ")
 # vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
 _VLLM = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w./-]+:\d+\] ")
 _STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`

@@ -32,7 +32,8 @@ _PROGRAMMING_ERROR = regex.compile(
 
 def refine_by_phase(candidates: list[Candidate]) -> None:
     """A generic exception raised while a checkpoint was being loaded, or inside torch's data loading
-    machinery, is a checkpoint or data failure."""
+    machinery, is a checkpoint or data failure; a checkpoint signature (torch.save could not open its file)
+    raised from a project's data module is about a dataset cache, so data."""
     refined: dict[tuple[str, str], str] = {}
     for c in candidates:
         if (
@@ -43,8 +44,12 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
             and not _PROGRAMMING_ERROR.match(c.text)
         ):
             c.category = refined[c.signature] = PHASE_CATEGORY[c.phase]
+    for c in candidates:
+        # torch.save / torch.load failing under a project's data module: the file is a dataset cache
+        if c.from_traceback and c.category == "checkpoint" and c.phase == "data_loading":
+            c.category = refined[c.signature] = "data"
     for c in candidates:  # the same line printed again without its traceback (a paste cut above it)
-        if c.signature in refined and c.priority < GENERIC_PRIORITY:
+        if c.signature in refined and (c.priority < GENERIC_PRIORITY or c.category == "checkpoint"):
             c.category = refined[c.signature]
 
 
@@ -91,12 +96,18 @@ def refine_native_crashes(candidates: list[Candidate]) -> None:
             c.category, c.subcategory = "cuda_error", "library_crash"
 
 
+# Exceptions whose message says little next to the source line that raised them: a bare assert, a missing key,
+# a division by zero (`rank % num_gpus` with no GPU visible).
+_SOURCE_TELLS = regex.compile(r"\s*(?:AssertionError\s*$|KeyError:|ZeroDivisionError:)")
+
+
 def refine_bare_asserts(candidates: list[Candidate]) -> None:
     """A bare `AssertionError` says nothing; the asserted source line just above it in the traceback
-    does (`assert steps % world_size == 0`). A context signature on that line lends its category."""
+    does (`assert steps % world_size == 0`). A context signature on that line lends its category. So does the
+    line a generic KeyError or ZeroDivisionError was raised on (`example["images"]`, `rank % num_gpus`)."""
     sources = {(c.file, c.line): c for c in candidates if c.role == "context" and c.pattern is not None}
     for c in candidates:
-        if not c.from_traceback or c.priority >= GENERIC_PRIORITY or c.text.strip() != "AssertionError":
+        if not c.from_traceback or c.priority >= GENERIC_PRIORITY or not _SOURCE_TELLS.match(c.text):
             continue
         source = next((sources[(c.file, c.line - k)] for k in (1, 2, 3) if (c.file, c.line - k) in sources), None)
         if source is not None and source.pattern is not None and source.category != c.category:

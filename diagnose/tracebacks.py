@@ -79,8 +79,11 @@ _RENDEZVOUS = (
     "_rendezvous",
 )
 
+# functions that restore a saved run: `load_checkpoint`, `check_ckpt_list`, accelerate's `load_state`, and the
+# per-GPU RNG states a resume puts back (`set_rng_state_all`: saved with more GPUs than this run has)
 _CHECKPOINT_LOAD = regex.compile(
     r"(?:load|check|read|resume)_(?:\w+_)?(?:checkpoint|ckpt|state_dict)|load_from_\w*state_dict|load_model_state"
+    r"|^load_state$|^set_rng_state_all$"
 )
 _CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$")
 
@@ -150,17 +153,19 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
     paths = " ".join(f.path for f in frames)
     if any(f.func == "__post_init__" and f.path.endswith(_ELASTIC_ERROR_FILE) for f in frames):
         return "launcher_error_file"
+    # torch.save / torch.load called straight from a project's data module write or read a dataset cache
+    data_cache = bool(frames) and _is_data_module(_innermost_own(frames).path)
     if any(
         _CHECKPOINT_LOAD.search(f.func)
         or "/safetensors/" in f.path
-        or (f.func == "load" and f.path.endswith("torch/serialization.py"))
+        or (f.func == "load" and f.path.endswith("torch/serialization.py") and not data_cache)
         or f.path.endswith("distributed/checkpoint/state_dict_loader.py")
         for f in frames
     ):
         return "checkpoint_load"
     if any(
         _CHECKPOINT_SAVE.search(f.func)
-        or (f.func == "save" and f.path.endswith("torch/serialization.py"))
+        or (f.func == "save" and f.path.endswith("torch/serialization.py") and not data_cache)
         or f.path.endswith("distributed/checkpoint/state_dict_saver.py")
         for f in frames
     ):
