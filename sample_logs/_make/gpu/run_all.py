@@ -314,6 +314,9 @@ SCENARIOS = {
         [],
     ),
     "oom-eval": ("mem", dict(eval_every=4, plan={"0": {"10000": {"seq_len": "oom_fwd"}}}), {}, []),
+    # batch 23 (device run 30)
+    "logged-exception": ("rest", dict(log_failures=True, plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}}), {}, []),
+    "global-batch-divisibility": ("rest", dict(global_batch=10), {}, []),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from

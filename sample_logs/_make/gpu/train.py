@@ -8,6 +8,7 @@ fused kernel, megatron-core parallel setup). The generator (run_all.sh) writes o
 import ctypes
 import io
 import json
+import logging
 import math
 import os
 import queue
@@ -334,6 +335,11 @@ def main():
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.get("pg_timeout_s", 30)))
     rank, world = dist.get_rank(), dist.get_world_size()
+    if cfg.get("global_batch"):  # the global batch is split into micro-batches over the data-parallel ranks
+        gb, mb = cfg["global_batch"], cfg["micro_batch"]
+        assert gb % (mb * world) == 0, (
+            f"global batch size ({gb}) must be divisible by micro batch size ({mb}) times data-parallel size ({world})"
+        )
     torch.manual_seed(cfg.get("seed", 1234))
     if cfg.get("detect_anomaly"):  # switched on while chasing a NaN
         torch.autograd.set_detect_anomaly(True)
@@ -549,5 +555,19 @@ def main():
     dist.destroy_process_group()
 
 
+def run_logged():
+    """Start main(); with `log_failures` set, log any failure through logging first, as frameworks with their
+    own logger do (the interpreter then prints the traceback again)."""
+    if not load_config().get("log_failures"):
+        main()
+        return
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        main()
+    except Exception:
+        logging.getLogger("tinygpt").exception("training failed on rank %s", os.environ.get("RANK"))
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    run_logged()
