@@ -21,6 +21,7 @@ PHASE_CATEGORY = {
     "arguments": "config",
     "output_path": "config",
     "rendezvous": "nccl",
+    "import": "import",
 }
 # Programming errors stay code wherever they are raised: a class without the attribute, a name never
 # defined is a bug in the caller, not bad data or a bad checkpoint. (An attribute of None is different:
@@ -41,7 +42,9 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
             and c.priority < GENERIC_PRIORITY
             and c.role == "root"
             and c.phase in PHASE_CATEGORY
-            and not _PROGRAMMING_ERROR.match(c.text)
+            # a library's module-level code failing on import (`module 'x' has no attribute 'y'`) is a version
+            # mismatch, whatever the exception type
+            and (c.phase == "import" or not _PROGRAMMING_ERROR.match(c.text))
         ):
             c.category = refined[c.signature] = PHASE_CATEGORY[c.phase]
     for c in candidates:

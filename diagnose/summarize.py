@@ -470,7 +470,9 @@ def _unflattened(text: str) -> str:
 
 
 def _unglued(text: str, candidates: list[Candidate]) -> str:
-    text = _unflattened(_RAY_DEDUP.sub("", text.rstrip()))
+    # a message read from a JSON record (torchrun's error.json logged whole) keeps its newlines escaped: its first
+    # line is what the interpreter would have printed as the exception line
+    text = _unflattened(_RAY_DEDUP.sub("", text.rstrip())).split("\\n", 1)[0]
     whole = _GLUED_EXCEPTION_TYPE.sub("", text)
     return whole if whole != text and any(c.text.strip() == whole.strip() for c in candidates) else text
 

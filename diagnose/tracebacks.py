@@ -153,6 +153,8 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
     paths = " ".join(f.path for f in frames)
     if any(f.func == "__post_init__" and f.path.endswith(_ELASTIC_ERROR_FILE) for f in frames):
         return "launcher_error_file"
+    if frames and frames[-1].func == "<module>" and _INSTALLED.search(frames[-1].path):
+        return "import"  # raised by an installed package's module-level code: while it was being imported
     # torch.save / torch.load called straight from a project's data module write or read a dataset cache
     data_cache = bool(frames) and _is_data_module(_innermost_own(frames).path)
     if any(
@@ -179,6 +181,7 @@ def phase_of(frames: tuple[Frame, ...]) -> str | None:
     if (
         "torch/utils/data/" in paths
         or "torchvision/datasets/" in paths
+        or "pyarrow/" in paths
         or (frames and (_is_data_module(frames[-1].path) or _TOKENIZER_MODULE.search(frames[-1].path)))
         or _is_data_module(_innermost_own(frames).path if frames else "")
     ):
