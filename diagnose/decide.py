@@ -25,6 +25,7 @@ from diagnose.refine import (
     refine_bare_asserts,
     refine_by_cut_traceback,
     refine_by_phase,
+    refine_by_timeout_detail,
     refine_launcher_error_file,
     refine_launcher_reports,
     refine_native_crashes,
@@ -139,6 +140,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_retried_lookups(candidates)
     candidates.extend(_duplicate_ranks(candidates))
     refine_by_phase(candidates)
+    refine_by_timeout_detail(candidates)
     refine_by_cut_traceback(candidates, _cut_tracebacks(events))
     candidates.extend(_exit_candidates(events, candidates))
     return candidates

@@ -36,7 +36,8 @@ _DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank
 # `[stderr]ModuleNotFoundError: ...`, and a launcher relaying a child's streams as `stderr: Traceback ...`
 _BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?|(?:stdout|stderr): ")
 # vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
-_VLLM = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [\w./-]+:\d+\] ")
+# (vLLM v1 puts the location in brackets: `ERROR 06-03 17:19:18 [core.py:1140] msg`)
+_VLLM = regex.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ")
 _STREAM_TAG = regex.compile(r"([\w.-]{1,63}) \[(?:stdout|stderr)\] ")  # log collectors: `node-3 [stderr] ...`
 # Python logging / rich log columns: `ERROR    __main__   msg` and ` WARNING  msg   api.py:699`
 _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]+ {2,})?")
@@ -62,6 +63,8 @@ _SOURCE_RANK = regex.compile(
 # SGLang's per-process logger: `[2025-02-24 14:09:34 TP14] msg`; without DP or PP parts the TP rank is the
 # process's rank in the one tensor-parallel group
 _SGLANG = regex.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) TP(\d{1,5})(?: EP\d{1,5})?\] ")
+# TensorRT-LLM's logger: `[11/18/2025-09:33:30] [TRT-LLM] [RANK 0] [E] msg` (the MPI rank, when it prints one)
+_TRTLLM = regex.compile(r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\](?: \[RANK (\d{1,5})\])? \[[A-Z]\] ")
 _BRACKET_LEVEL = regex.compile(r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ")  # `[INFO] OSError: ...`
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
@@ -162,6 +165,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level, time = level or m.group(1), time or m.group(0)
         elif (m := _SGLANG.match(line, pos)) is not None:
             rank, time = int(m.group(2)) if rank is None else rank, time or m.group(1)
+        elif (m := _TRTLLM.match(line, pos)) is not None:
+            rank = int(m.group(1)) if rank is None and m.group(1) else rank
         elif (m := _CTIME.match(line, pos)) is not None or (m := _STAMP.match(line, pos)) is not None:
             time = time or m.group(0)
         elif (m := _SOURCE_RANK.match(line, pos)) is not None:

@@ -66,6 +66,21 @@ def refine_launcher_error_file(candidates: list[Candidate]) -> None:
             c.role, c.category, c.subcategory = "symptom", "killed", "teardown"
 
 
+_DETAIL_BELOW = 4  # a runtime's own account of an error, printed right under the exception line
+
+
+def refine_by_timeout_detail(candidates: list[Candidate]) -> None:
+    """A generic device error raised while waiting on a collective, with the runtime's detail just under it saying
+    the collective timed out (Ascend's `NPU error, error code is 107020` above CANN's "hccl ... task timeout"), is
+    that timeout: a hang symptom, not a bug of its own."""
+    timeouts = [c for c in candidates if c.role == "symptom" and c.category == "hang"]
+    for c in candidates:
+        if c.role != "root" or not c.from_traceback or c.priority >= GENERIC_PRIORITY:
+            continue
+        if any(t.file == c.file and 0 < t.line - c.line <= _DETAIL_BELOW for t in timeouts):
+            c.role, c.category, c.subcategory = "symptom", "hang", None
+
+
 _NEXT_TRACEBACK_LINES = 3
 
 
@@ -138,6 +153,29 @@ def refine_launcher_reports(candidates: list[Candidate]) -> None:
     _refine_srun_teardown(candidates)
     _refine_spawn_wrappers(candidates)
     _refine_cpp_exceptions(candidates)
+    _refine_ray_task_wrappers(candidates)
+
+
+_RAY_TASK_WRAPPER = regex.compile(r"\s*(?:[\w.]+\.)?RayTaskError\((?P<inner>[\w.]+)\): ray::")
+_RAY_REMOTE_FRAMES = 80  # the remote task's traceback printed under Ray's wrapper line
+
+
+def _refine_ray_task_wrappers(candidates: list[Candidate]) -> None:
+    """`ray.get` re-raises a task's exception as `RayTaskError(X): ray::task() (pid=..)` with the task's own
+    traceback under it, ending in the original `X: message`. That line is the cause; the wrapper only relays it."""
+    for wrapper in candidates:
+        m = _RAY_TASK_WRAPPER.match(wrapper.text)
+        if m is None or wrapper.role != "root":
+            continue
+        inner = m["inner"].rsplit(".", 1)[-1]
+        if any(
+            c.file == wrapper.file
+            and 0 < c.line - wrapper.line <= _RAY_REMOTE_FRAMES
+            and c.role == "root"
+            and c.text.lstrip().split(":", 1)[0].rsplit(".", 1)[-1] == inner
+            for c in candidates
+        ):
+            wrapper.role = "symptom"
 
 
 def _refine_srun_teardown(candidates: list[Candidate]) -> None:
