@@ -30,6 +30,7 @@ file, train.log; results go to RESULTS/gpu-console-<scenario>/.
 """
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -317,6 +318,8 @@ SCENARIOS = {
     # batch 23 (device run 30)
     "logged-exception": ("rest", dict(log_failures=True, plan={"1": {FAIL_STEP: {"shard_tokens": "short"}}}), {}, []),
     "global-batch-divisibility": ("rest", dict(global_batch=10), {}, []),
+    # batch 24 (device run 31)
+    "node-lost": ("rest", dict(steps=100000, log_every=10, step_sleep=0.2), {}, "two-nodes"),
 }
 
 # Scenarios the generator itself ends: seconds after launch when torchrun's agent gets SIGTERM (as from
@@ -324,6 +327,9 @@ SCENARIOS = {
 TERMINATE_AFTER = {"external-sigterm": 40}
 # ...and seconds after launch when the whole job's process group gets SIGINT (Ctrl-C in the terminal).
 INTERRUPT_AFTER = {"keyboard-interrupt": 30}
+# ...and seconds after launch when the second simulated node dies at once (its agent and workers SIGKILLed, as when
+# a machine loses power): nothing of it gets to print a word.
+NODE_LOST_AFTER = {"node-lost": 30}
 
 GPU_ONLY = {
     "oom-backward-exit",
@@ -352,6 +358,26 @@ GPU_ONLY = {
     "cuda-graph-sync",
     "oom-eval",
 }
+
+
+def kill_tree(pid):
+    """SIGKILL a process and all its descendants at once (torchrun starts each worker in a session of its own,
+    so killing the agent's process group would leave them running)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += children.get(current, [])
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
 
 
 def resolve(value, profile, job):
@@ -554,6 +580,10 @@ def wait_all(runs, args):
                 if term_at is not None and not run.get("terminated") and time.time() - run["start"] > term_at:
                     os.kill(run["proc"].pid, signal.SIGTERM)
                     run["terminated"] = True
+                lost_at = NODE_LOST_AFTER.get(run["name"])
+                if lost_at is not None and not run.get("node_lost") and time.time() - run["start"] > lost_at:
+                    kill_tree(run["proc"].procs[1].pid)
+                    run["node_lost"] = True
                 int_at = INTERRUPT_AFTER.get(run["name"])
                 if int_at is not None and not run.get("interrupted") and time.time() - run["start"] > int_at:
                     os.killpg(run["proc"].pid, signal.SIGINT)
