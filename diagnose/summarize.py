@@ -463,6 +463,10 @@ _EXCEPTION_START = regex.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|E
 _SHELL_PROMPT = regex.compile(r"\s+(?:\(\S+\)\s+)?[\w.-]+@[\w.-]+:\S*[$#]\s*$")
 
 
+# `\n` as two characters, as JSON writes a newline, followed by what starts a line (not `C:\models\new_model`)
+_ESCAPED_NEWLINE = regex.compile(r"(?<!\\)\\n(?=\s|\\n|[A-Z])")
+
+
 def _unflattened(text: str) -> str:
     frames = _FLAT_FRAMES.search(text)
     start = _EXCEPTION_START.search(text, frames.end()) if frames else None
@@ -472,7 +476,7 @@ def _unflattened(text: str) -> str:
 def _unglued(text: str, candidates: list[Candidate]) -> str:
     # a message read from a JSON record (torchrun's error.json logged whole) keeps its newlines escaped: its first
     # line is what the interpreter would have printed as the exception line
-    text = _unflattened(_RAY_DEDUP.sub("", text.rstrip())).split("\\n", 1)[0]
+    text = _ESCAPED_NEWLINE.split(_unflattened(_RAY_DEDUP.sub("", text.rstrip())), maxsplit=1)[0]
     whole = _GLUED_EXCEPTION_TYPE.sub("", text)
     return whole if whole != text and any(c.text.strip() == whole.strip() for c in candidates) else text
 
