@@ -31,6 +31,12 @@ _PROGRAMMING_ERROR = regex.compile(
 )
 
 
+def _below(later: Candidate, earlier: Candidate, lines: int) -> bool:
+    """`later` was printed in the same file as `earlier`, at most `lines` lines under it: its detail, its backtrace,
+    the launcher's next words about it."""
+    return later.file == earlier.file and 0 < later.line - earlier.line <= lines
+
+
 def refine_by_phase(candidates: list[Candidate]) -> None:
     """A generic exception raised while a checkpoint was being loaded, or inside torch's data loading
     machinery, is a checkpoint or data failure; a checkpoint signature (torch.save could not open its file)
@@ -77,7 +83,7 @@ def refine_by_timeout_detail(candidates: list[Candidate]) -> None:
     for c in candidates:
         if c.role != "root" or not c.from_traceback or c.priority >= GENERIC_PRIORITY:
             continue
-        if any(t.file == c.file and 0 < t.line - c.line <= _DETAIL_BELOW for t in timeouts):
+        if any(_below(t, c, _DETAIL_BELOW) for t in timeouts):
             c.role, c.category, c.subcategory = "symptom", "hang", None
 
 
@@ -110,7 +116,7 @@ def refine_native_crashes(candidates: list[Candidate]) -> None:
     for c in candidates:
         if c.pattern is None or c.pattern.id not in _CRASH_PATTERNS:
             continue
-        if any(f.file == c.file and 0 < f.line - c.line <= _BACKTRACE_LINES for f in frames):
+        if any(_below(f, c, _BACKTRACE_LINES) for f in frames):
             c.category, c.subcategory = "cuda_error", "library_crash"
 
 
@@ -169,8 +175,7 @@ def _refine_ray_task_wrappers(candidates: list[Candidate]) -> None:
             continue
         inner = m["inner"].rsplit(".", 1)[-1]
         if any(
-            c.file == wrapper.file
-            and 0 < c.line - wrapper.line <= _RAY_REMOTE_FRAMES
+            _below(c, wrapper, _RAY_REMOTE_FRAMES)
             and c.role == "root"
             and c.text.lstrip().split(":", 1)[0].rsplit(".", 1)[-1] == inner
             for c in candidates
@@ -192,7 +197,7 @@ def _refine_srun_teardown(candidates: list[Candidate]) -> None:
         elif (
             c.pattern.id == "srun-task-killed"
             and c.fields.get("how") == "Killed"
-            and any(e.file == c.file and 0 < e.line - c.line <= _SRUN_BEFORE_END for e in ended)
+            and any(_below(e, c, _SRUN_BEFORE_END) for e in ended)
         ):
             c.role, c.priority = "root", SIGNAL_DEATH_PRIORITY
 
@@ -210,7 +215,7 @@ def _refine_spawn_wrappers(candidates: list[Candidate]) -> None:
         if (
             c.from_traceback
             and _SPAWN_WRAPPER.match(c.text)
-            and any(h.file == c.file and 0 < h.line - c.line <= _SPAWN_HEADER_AFTER for h in headers)
+            and any(_below(h, c, _SPAWN_HEADER_AFTER) for h in headers)
         ):
             c.role, c.category = "context", "killed"  # as torchrun-child-failed
 
@@ -230,7 +235,7 @@ def _refine_cpp_exceptions(candidates: list[Candidate]) -> None:
     for c in candidates:
         if c.pattern is None or c.pattern.id != "cpp-uncaught-exception":
             continue
-        below = [o for o in origins if o.file == c.file and 0 < o.line - c.line <= _ORIGIN_AFTER]
+        below = [o for o in origins if _below(o, c, _ORIGIN_AFTER)]
         thrown_in = below[0].fields.get("file", "") if below else ""
         category = next((cat for pattern, cat in _THROWN_IN if pattern.search(thrown_in)), None)
         if category is not None:
