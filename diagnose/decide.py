@@ -146,11 +146,15 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     return candidates
 
 
+def cut_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
+    """Tracebacks whose exception line is not in the logs (a paste cut short before it)."""
+    return events.filter((pl.col("kind") == "traceback") & pl.col("exception").is_null())
+
+
 def _cut_tracebacks(events: pl.DataFrame) -> list[tuple[str, int, str]]:
-    """Tracebacks whose exception line is not in the logs (a paste cut off), with the phase their frames show."""
-    rows = events.filter((pl.col("kind") == "traceback") & pl.col("exception").is_null())
+    """Cut tracebacks with the phase their frames show."""
     out = []
-    for row in rows.select("file", "line", "fields").iter_rows(named=True):
+    for row in cut_tracebacks(events).select("file", "line", "fields").iter_rows(named=True):
         phase = json.loads(row["fields"] or "{}").get("phase")
         if phase:
             out.append((row["file"], row["line"], phase))

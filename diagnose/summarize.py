@@ -18,6 +18,7 @@ from diagnose.candidates import Candidate, Incident
 from diagnose.decide import (
     TEARDOWN_SIGNALS,
     UNSPECIFIC_NCCL,
+    cut_tracebacks,
     exit_rows,
     infer_rank_from_context,
     signal_subcategory,
@@ -220,7 +221,7 @@ def build_verdict(
             pattern=pattern.id,
             explanation=pattern.explanation,
         )
-    cut = events.filter((pl.col("kind") == "traceback") & pl.col("exception").is_null())
+    cut = cut_tracebacks(events)
     if cut.height:
         # A traceback began but its exception line is not in the logs (a paste cut short): a failure, not "ok".
         row = cut.sort("line").row(0, named=True)
