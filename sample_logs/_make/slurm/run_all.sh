@@ -198,13 +198,16 @@ scenario() {
         python-missing-one-node) # node 1's environment lacks the interpreter the job names; node 0 waits
             NODE_PYTHON_1=/opt/venvs/train/bin/python run python-missing-one-node "$(config '{}' '{}')" \
                 --time=00:01:00 ;;
-        master-port-taken) # the job pins port 29500, which another process on the master node holds
+        master-port-taken | combined-master-port-taken | srun-per-rank-master-port-taken)
+            # the job pins port 29500, which another process on the master node holds (srun-per-rank: env:// init)
+            local layout=torchrun-logs extra=() holder
+            case $1 in combined-*) layout=combined ;; srun-per-rank-*) layout=srun-per-rank extra=(--ntasks=8) ;; esac
             "$PYTHON" -c 'import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500))
 s.listen(); time.sleep(300)' &
-            local holder=$!
+            holder=$!
             sleep 1
-            MASTER_PORT_FIXED=29500 run master-port-taken "$(config '{}' '{}')" --time=00:01:00
+            MASTER_PORT_FIXED=29500 LAYOUT=$layout run "$1" "$(config '{}' '{}')" "${extra[@]}" --time=00:01:00
             kill "$holder" ;;
         per-task-megatron-tp-heads | srun-per-rank-megatron-tp-heads) # as megatron-tp-heads, other layouts
             local layout=${1%-megatron-tp-heads} extra=()
@@ -245,26 +248,9 @@ s.listen(); time.sleep(300)' &
         srun-per-rank-python-missing) # rank 5's task lacks the interpreter (exit 127); srun ends the step
             NODE_PYTHON_5=/opt/venvs/train/bin/python LAYOUT=srun-per-rank run srun-per-rank-python-missing \
                 "$(config '{}' '{}')" --ntasks=8 --time=00:01:00 ;;
-        srun-per-rank-master-port-taken) # as master-port-taken, eight srun tasks and no torchrun (env:// init)
-            "$PYTHON" -c 'import socket, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500))
-s.listen(); time.sleep(300)' &
-            local holder3=$!
-            sleep 1
-            MASTER_PORT_FIXED=29500 LAYOUT=srun-per-rank run srun-per-rank-master-port-taken "$(config '{}' '{}')" \
-                --ntasks=8 --time=00:01:00
-            kill "$holder3" ;;
         per-task-python-missing-one-node) # as python-missing-one-node, per-task layout
             NODE_PYTHON_1=/opt/venvs/train/bin/python LAYOUT=per-task run per-task-python-missing-one-node \
                 "$(config '{}' '{}')" --time=00:01:00 ;;
-        combined-master-port-taken) # as master-port-taken, combined layout
-            "$PYTHON" -c 'import socket, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29500))
-s.listen(); time.sleep(300)' &
-            local holder2=$!
-            sleep 1
-            MASTER_PORT_FIXED=29500 LAYOUT=combined run combined-master-port-taken "$(config '{}' '{}')" --time=00:01:00
-            kill "$holder2" ;;
         master-host-unresolvable) # MASTER_ADDR names a host that does not resolve (a typo, another cluster)
             MASTER_HOST=train-master-0 run master-host-unresolvable "$(config '{}' '{}')" --time=00:01:00 ;;
         script-missing | combined-script-missing | srun-per-rank-script-missing) # the job names a misspelled script
