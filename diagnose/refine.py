@@ -121,17 +121,19 @@ def refine_native_crashes(candidates: list[Candidate]) -> None:
 
 
 # Exceptions whose message says little next to the source line that raised them: a bare assert, a missing key,
-# a division by zero (`rank % num_gpus` with no GPU visible).
-_SOURCE_TELLS = regex.compile(r"\s*(?:AssertionError\s*$|KeyError:|ZeroDivisionError:)")
+# a division by zero (`rank % num_gpus` with no GPU visible), a syntax error (in a file that is a shell script).
+_SOURCE_TELLS = regex.compile(r"\s*(?:AssertionError\s*$|KeyError:|ZeroDivisionError:|SyntaxError:)")
 
 
 def refine_bare_asserts(candidates: list[Candidate]) -> None:
     """A bare `AssertionError` says nothing; the asserted source line just above it in the traceback
     does (`assert steps % world_size == 0`). A context signature on that line lends its category. So does the
-    line a generic KeyError or ZeroDivisionError was raised on (`example["images"]`, `rank % num_gpus`)."""
+    line a generic KeyError or ZeroDivisionError was raised on (`example["images"]`, `rank % num_gpus`), and the
+    file a SyntaxError names (`dist_train.sh`: a shell script run with Python)."""
     sources = {(c.file, c.line): c for c in candidates if c.role == "context" and c.pattern is not None}
     for c in candidates:
-        if not c.from_traceback or c.priority >= GENERIC_PRIORITY or not _SOURCE_TELLS.match(c.text):
+        # not only rebuilt tracebacks: a paste that starts mid-traceback still quotes the source line above
+        if c.role != "root" or c.priority >= GENERIC_PRIORITY or not _SOURCE_TELLS.match(c.text):
             continue
         source = next((sources[(c.file, c.line - k)] for k in (1, 2, 3) if (c.file, c.line - k) in sources), None)
         if source is not None and source.pattern is not None and source.category != c.category:

@@ -478,6 +478,8 @@ def _unglued(text: str, candidates: list[Candidate]) -> str:
     # a message read from a JSON record (torchrun's error.json logged whole) keeps its newlines escaped: its first
     # line is what the interpreter would have printed as the exception line
     text = _ESCAPED_NEWLINE.split(_unflattened(_RAY_DEDUP.sub("", text.rstrip())), maxsplit=1)[0]
+    if text.endswith("`") and text.count("`") % 2:  # the closing mark of a Markdown code span the paste kept
+        text = text[:-1].rstrip()
     whole = _GLUED_EXCEPTION_TYPE.sub("", text)
     return whole if whole != text and any(c.text.strip() == whole.strip() for c in candidates) else text
 
