@@ -24,6 +24,7 @@ from diagnose.decide import (
 from diagnose.discover import LogFile, discover
 from diagnose.hang import analyze_hang, ranks_that_left
 from diagnose.ingest import ingest
+from diagnose.jobstate import with_job_state
 from diagnose.model import Diagnosis, Inputs, JobInfo, RankSummary
 from diagnose.patterns import Pattern, load_patterns, pattern_dirs
 from diagnose.ranks import census_ranks, resolve_ranks, srun_reported_ranks
@@ -106,13 +107,17 @@ def analyze(
     if config:
         details = {**details, "config": config}
     inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, _summarise_warnings(warnings + ingested.warnings))
+    job_facts = job_info(job) if job else JobInfo()
+    verdict, state_fixes = with_job_state(verdict, job_facts)
+    if state_fixes:
+        fixes = [*state_fixes, *fixes]
     failed = sorted({c.rank for c in candidates if c.role == "root" and c.rank is not None})
     victims = sorted({c.rank for c in candidates if c.role == "symptom" and c.rank is not None} - set(verdict.ranks))
     silent = sorted(expected - seen)
     return Diagnosis(
         inputs=inputs,
         verdict=verdict,
-        job=job_info(job) if job else JobInfo(),
+        job=job_facts,
         evidence=tuple(build_evidence(root, hang, candidates)),
         symptoms=tuple(build_symptoms(candidates, root)),
         details=details,

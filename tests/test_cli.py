@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,8 +13,16 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 SHAPE = SAMPLES / "slurm-shape-second-node"
 
 
-def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "diagnose.cli", *args], input=stdin, capture_output=True, timeout=120)
+def run(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose.cli", *args], input=stdin, capture_output=True, timeout=120, env=env
+    )
+
+
+# No sacct on PATH: `--job N` then only finds files, whatever job N was on the local cluster the tests started.
+WITHOUT_SACCT = {**os.environ, "PATH": str(Path(sys.executable).parent)}
 
 
 def test_json_is_alone_on_stdout_and_warnings_go_to_stderr():
@@ -109,7 +118,7 @@ def test_healthy_job_file_is_ok_but_a_quiet_excerpt_is_unknown(tmp_path):
     named.mkdir()
     (named / "train-2.out").write_bytes(healthy)  # sbatch --output=%x-%j.out
     as_job = json.loads(run(str(job), "--format", "json").stdout)["verdict"]
-    by_job_id = json.loads(run(str(named), "--job", "2", "--format", "json").stdout)["verdict"]
+    by_job_id = json.loads(run(str(named), "--job", "2", "--format", "json", env=WITHOUT_SACCT).stdout)["verdict"]
     as_excerpt = json.loads(run(str(excerpt), "--format", "json").stdout)["verdict"]
     assert as_job["category"] == "ok" and by_job_id["category"] == "ok"
     assert as_excerpt["category"] == "unknown" and as_excerpt["confidence"] == "low"
