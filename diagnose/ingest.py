@@ -184,7 +184,10 @@ def _fill_traceback(row: dict[str, Any], text: str, tb: Traceback, exception_lin
         code_file=frame.path if frame else None,
         code_line=frame.line if frame else None,
         fields=json.dumps(
-            {"exc_type": tb.exc_type or "", "phase": output_phase(tb.exc_type, tb.source) or phase_of(tb.frames) or ""}
+            {
+                "exc_type": tb.exc_type or "",
+                "phase": output_phase(tb.exc_type, tb.source) or phase_of(tb.frames, cut=tb.exception is None) or "",
+            }
         ),
     )
     return row

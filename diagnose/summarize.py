@@ -464,8 +464,9 @@ _EXCEPTION_START = regex.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|E
 _SHELL_PROMPT = regex.compile(r"\s+(?:\(\S+\)\s+)?[\w.-]+@[\w.-]+:\S*[$#]\s*$")
 
 
-# `\n` as two characters, as JSON writes a newline, followed by what starts a line (not `C:\models\new_model`)
-_ESCAPED_NEWLINE = regex.compile(r"(?<!\\)\\n(?=\s|\\n|[A-Z])")
+# `\n` as two characters, as JSON writes a newline, followed by what starts a line or by the end of the JSON
+# string (`...failure\n", "pipe": "stderr"}`), not `C:\models\new_model`
+_ESCAPED_NEWLINE = regex.compile(r"(?<!\\)\\n(?=\s|\\n|[A-Z]|\")")
 
 
 def _unflattened(text: str) -> str:

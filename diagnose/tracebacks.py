@@ -147,13 +147,14 @@ def output_phase(exc_type: str | None, source: str | None) -> str | None:
 _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__.py"
 
 
-def phase_of(frames: tuple[Frame, ...]) -> str | None:
-    """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init."""
+def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
+    """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init. `cut`: the
+    traceback stops before its exception line, so its last frame shown is not where it was raised."""
     funcs = {f.func for f in frames}
     paths = " ".join(f.path for f in frames)
     if any(f.func == "__post_init__" and f.path.endswith(_ELASTIC_ERROR_FILE) for f in frames):
         return "launcher_error_file"
-    if frames and frames[-1].func == "<module>" and _INSTALLED.search(frames[-1].path):
+    if not cut and frames and frames[-1].func == "<module>" and _INSTALLED.search(frames[-1].path):
         return "import"  # raised by an installed package's module-level code: while it was being imported
     # torch.save / torch.load called straight from a project's data module write or read a dataset cache
     data_cache = bool(frames) and _is_data_module(_innermost_own(frames).path)
