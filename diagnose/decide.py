@@ -26,6 +26,7 @@ from diagnose.refine import (
     refine_by_cut_traceback,
     refine_by_phase,
     refine_by_timeout_detail,
+    refine_gdb_backtraces,
     refine_launcher_error_file,
     refine_launcher_reports,
     refine_native_crashes,
@@ -135,6 +136,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     refine_bare_asserts(candidates)
     refine_native_crashes(candidates)
+    refine_gdb_backtraces(candidates)
     refine_launcher_reports(candidates)
     refine_launcher_error_file(candidates)
     refine_retried_lookups(candidates)

@@ -54,6 +54,10 @@ _TORCHRUN = regex.compile(
     r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<local>\d+)/(?P<name>stdout\.log|stderr\.log|error\.json)$"
 )
 MANIFEST_NAMES = ("manifest.json", "launcher-manifest.json")
+# a file a training script named after the global rank that writes it (rank_3.log, log_rank_3.txt), or a folder
+# named only that (rank3/train.log); a folder that merely mentions a rank (`oom-on-rank3/`) says nothing
+_RANK_NAMED_FILE = regex.compile(r"(?:^|[_.\-])rank[_\-]?(?P<rank>\d+)(?:[_.\-]|$)", regex.IGNORECASE)
+_RANK_NAMED_DIR = regex.compile(r"rank[_\-]?(?P<rank>\d+)", regex.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,13 @@ def classify_path(path: Path) -> LogFile | None:
         return None
     if suffix == ".json":
         return LogFile(path, "error_json") if name.startswith("error") else None
-    return LogFile(path, "log", _stream_of(base))
+    return LogFile(path, "log", _stream_of(base), rank=_rank_named(path))
+
+
+def _rank_named(path: Path) -> int | None:
+    """The global rank a file's own name, or its folder's, gives it (`rank_3.log`, `rank3/train.log`)."""
+    named = _RANK_NAMED_FILE.search(path.name) or _RANK_NAMED_DIR.fullmatch(path.parent.name)
+    return int(named["rank"]) if named else None
 
 
 def _mentions_job(path: Path, job: str) -> bool:

@@ -385,6 +385,8 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     census = _census(data)
     if file.local_rank is not None and file.run_dir is not None and _NON_SPACE.search(data):
         census.add((None, file.local_rank, None))  # a torchrun per-rank file that is not empty: the rank ran
+    if file.rank is not None and _NON_SPACE.search(data):
+        census.add((None, None, file.rank))  # a file named after its rank (or mapped by a manifest) that is not empty
     return FileResult(rows, census, read.size, read.warnings)
 
 

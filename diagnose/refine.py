@@ -102,6 +102,34 @@ def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, in
             c.category = PHASE_CATEGORY[phase]
 
 
+_GDB_ABORT, _GDB_FRAME = "gdb-abort-backtrace", "gdb-frame"
+# the C++ runtime's own frames between abort() and the code that threw: raise, abort, std::terminate, __cxa_throw,
+# throw helpers
+_THROW_MACHINERY = regex.compile(r"__|std::|raise$|abort$|.*(?:Thrower|terminate|throw)", regex.IGNORECASE)
+_GDB_BACKTRACE_LINES = 40
+
+
+def refine_gdb_backtraces(candidates: list[Candidate]) -> None:
+    """An abort seen in a gdb backtrace is quoted by the first frame under it that is not the C++ runtime's
+    machinery: the function that threw what nobody caught."""
+    frames = sorted(
+        (c for c in candidates if c.pattern is not None and c.pattern.id == _GDB_FRAME), key=lambda c: c.line
+    )
+    for c in candidates:
+        if c.pattern is None or c.pattern.id != _GDB_ABORT:
+            continue
+        thrower = next(
+            (
+                f
+                for f in frames
+                if _below(f, c, _GDB_BACKTRACE_LINES) and not _THROW_MACHINERY.match(f.fields.get("function") or "")
+            ),
+            None,
+        )
+        if thrower is not None:
+            c.text = thrower.text
+
+
 _CRASH_PATTERNS = ("segfault", "sigfpe-crash")
 _LIBRARY_FRAME = "cuda-library-frame"
 _BACKTRACE_LINES = 20

@@ -110,7 +110,8 @@ def _checks_arguments(frame: Frame) -> bool:
     return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
 
 
-_DATA_MODULE = regex.compile(r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:data|datasets?)(?:_\w+)?\.py")
+# (`data_parallel.py` is torch's DataParallel wrapper, not data)
+_DATA_MODULE = regex.compile(r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:data|datasets?)(?:_(?!parallel)\w+)?\.py")
 
 
 def _is_data_module(path: str) -> bool:

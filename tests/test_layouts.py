@@ -18,7 +18,8 @@ import pytest
 from diagnose.api import analyze
 from diagnose.prefixes import strip_prefix
 
-SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs" / "slurm-shape-second-node"
+ROOT_SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+SAMPLE = ROOT_SAMPLES / "slurm-shape-second-node"
 ROOT_LINE = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x20 and 16x32)"
 LABEL = re.compile(r"^\s*(\d+): ")
 
@@ -148,3 +149,31 @@ def test_printed_world_size_shows_a_silent_top_rank(tmp_path):
     (job / "slurm-4.out").write_text("".join(line for line in lines if not line.startswith("1: [default3]")))
     ranks = analyze([str(job)]).ranks
     assert (ranks.expected, ranks.seen, ranks.silent) == (8, (0, 1, 2, 3, 4, 5, 6), (7,))
+
+
+def _rank_files(tmp_path: Path, name_of) -> Path:
+    """gpu-oom-forward's per-rank files (one node: local rank = global rank), stdout then stderr, saved under
+    the names a training script's own per-rank logging would give them, without the `[rankN]:` prefix torch puts
+    on an uncaught traceback (a script's logger.exception writes none): the name is all that says the rank."""
+    tree = next((ROOT_SAMPLES / "gpu-oom-forward" / "torchrun-logs").glob("*/attempt_0"))
+    out = tmp_path / "logs"
+    for rank_dir in sorted(tree.iterdir()):
+        target = out / name_of(int(rank_dir.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = (rank_dir / "stdout.log").read_text() + (rank_dir / "stderr.log").read_text()
+        target.write_text(re.sub(r"(?m)^\[rank\d+\]:", "", text))
+    return out
+
+
+@pytest.mark.parametrize(
+    "name_of", [lambda r: f"rank_{r}.log", lambda r: f"train-rank{r}.txt", lambda r: f"rank{r}/out.log"]
+)
+def test_files_named_after_their_rank(tmp_path, name_of):
+    diagnosis = analyze([str(_rank_files(tmp_path, name_of))])
+    assert (diagnosis.verdict.category, diagnosis.verdict.rank) == ("oom", 1)
+    assert diagnosis.ranks.seen == (0, 1)
+
+
+def test_a_folder_that_only_mentions_a_rank_names_none(tmp_path):
+    logs = _rank_files(tmp_path, lambda r: f"oom-on-rank1-node{r}/out.log")
+    assert analyze([str(logs)]).verdict.rank is None
