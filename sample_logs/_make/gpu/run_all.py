@@ -24,6 +24,11 @@ which each worker line carries torchrun's `[defaultN]:` prefix; results go to RE
 --layout quiet is --layout logdir without --tee: the workers' output goes only to the log-dir files, the console
 holds just the agent's own lines; results go to RESULTS/gpu-quiet-<scenario>/.
 
+--layout rank-files is --layout console with RANK_LOG_DIR set: the script also keeps its own per-rank file,
+logs/rank_<RANK>.log (its printed lines and, through logging, a failure's traceback, without torch's `[rankN]:`
+prefix), as training scripts with a per-rank FileHandler do; results go to RESULTS/gpu-rank-files-<scenario>/
+(train.log and logs/).
+
 --layout console runs torchrun the way many people do (`torchrun ... train.py 2>&1 | tee train.log`): no
 --log-dir, no --redirects/--tee, every worker's stdout and stderr and the agent's own lines unprefixed in one
 file, train.log; results go to RESULTS/gpu-console-<scenario>/.
@@ -60,7 +65,7 @@ LONG = {"oom_frag": 18400, "oom_bwd": 21700, "oom_fwd": 26000, "big": 12288}
 
 FAIL_STEP = "4"
 
-CONSOLE_LAYOUTS = ("console", "tee", "filtered", "nccl-info")  # one file holds the whole run
+CONSOLE_LAYOUTS = ("console", "tee", "filtered", "nccl-info", "rank-files")  # one file holds the whole run
 
 SCENARIOS = {
     # name: (group, config overrides, extra env, extra torchrun args)
@@ -515,6 +520,8 @@ def launch(name, index, args):
     env.update(extra_env)
     if args.layout == "nccl-info":
         env["NCCL_DEBUG"] = "INFO"
+    if args.layout == "rank-files":
+        env["RANK_LOG_DIR"] = str(job / "logs")
     if args.layout in CONSOLE_LAYOUTS:  # one file, both streams, as `2>&1 | tee train.log` leaves it
         out = open(job / "train.log", "w")  # noqa: SIM115 - the job writes to it until finish() closes it
         proc = subprocess.Popen(cmd, cwd=job, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -533,6 +540,8 @@ def finish(run, args, killed):
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         shutil.copy2(run["job"] / "train.log", dest / "train.log")
+        if (run["job"] / "logs").is_dir():  # --layout rank-files: the script's own per-rank files
+            shutil.copytree(run["job"] / "logs", dest / "logs")
         _write_meta(run, args, killed)
         return
     dest = Path(args.results) / (f"gpu-quiet-{run['name']}" if run.get("layout") == "quiet" else f"gpu-{run['name']}")
@@ -608,7 +617,9 @@ def main():
     ap.add_argument("--group", choices=["all", "mem", "rest"], default="all")
     ap.add_argument("--job-timeout", type=float, default=200)
     ap.add_argument(
-        "--layout", choices=["logdir", "quiet", "console", "tee", "spawn", "filtered", "nccl-info"], default="logdir"
+        "--layout",
+        choices=["logdir", "quiet", "console", "tee", "spawn", "filtered", "nccl-info", "rank-files"],
+        default="logdir",
     )
     ap.add_argument("scenarios", nargs="*")
     args = ap.parse_args()

@@ -13,6 +13,7 @@ import math
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -555,13 +556,37 @@ def main():
     dist.destroy_process_group()
 
 
+class _Tee:
+    """Write to the console and to this rank's own file, as a script's per-rank log does."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
+
+
 def run_logged():
     """Start main(); with `log_failures` set, log any failure through logging first, as frameworks with their
-    own logger do (the interpreter then prints the traceback again)."""
-    if not load_config().get("log_failures"):
+    own logger do (the interpreter then prints the traceback again). With RANK_LOG_DIR set, the script also keeps
+    its own per-rank file, <dir>/rank_<RANK>.log: its printed lines and, through logging, a failure's traceback."""
+    rank_dir = os.environ.get("RANK_LOG_DIR")
+    if rank_dir:
+        os.makedirs(rank_dir, exist_ok=True)
+        own = open(os.path.join(rank_dir, f"rank_{os.environ.get('RANK', '0')}.log"), "a", buffering=1)  # noqa: SIM115
+        sys.stdout = _Tee(sys.stdout, own)
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, stream=own)
+    elif not load_config().get("log_failures"):
         main()
         return
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    else:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     try:
         main()
     except Exception:
