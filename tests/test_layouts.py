@@ -177,3 +177,18 @@ def test_files_named_after_their_rank(tmp_path, name_of):
 def test_a_folder_that_only_mentions_a_rank_names_none(tmp_path):
     logs = _rank_files(tmp_path, lambda r: f"oom-on-rank1-node{r}/out.log")
     assert analyze([str(logs)]).verdict.rank is None
+
+
+RANK_FILE_RUNS = sorted(p.name for p in ROOT_SAMPLES.glob("gpu-rank-files-*"))
+
+
+@pytest.mark.parametrize("run", RANK_FILE_RUNS)
+def test_a_scripts_own_rank_files_alone_name_the_failing_rank(run):
+    """The per-rank files a script keeps itself (device run 32) carry no rank in their lines; their names do. A
+    failure raised in Python is found in them alone, on the same rank as in the whole run. (Hangs and kills
+    are not: the watchdog's C++ lines and the launcher's report only reach the console.)"""
+    expected = tomllib.loads((ROOT_SAMPLES / run / "expected.toml").read_text())["expected"]
+    if expected["category"] in ("hang", "killed"):
+        pytest.skip("the evidence of a hang or a kill is only in the console")
+    verdict = analyze([str(ROOT_SAMPLES / run / "logs")]).verdict
+    assert (verdict.category, verdict.rank) == (expected["category"], expected.get("rank"))
