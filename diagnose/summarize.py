@@ -454,6 +454,10 @@ def _garbled(text: str) -> bool:
 _GLUED_EXCEPTION_TYPE = regex.compile(r"(?<=[.!?)'\"])[A-Z]\w*(?:Error|Exception)$")
 
 
+# A tqdm progress bar the message was written right after, on the same line (`... 0/104 [00:00<?, ?it/s]<message>`)
+_PROGRESS_BAR = regex.compile(r"^.*?\d+%\|[^|]*\|\s*[\d.]+/[\d.?]+\s*\[[^\]]*\]\s*(?=\S)")
+
+
 # Ray folds identical lines from many workers into one and says so at its end
 _RAY_DEDUP = regex.compile(r" \[repeated \d+x across cluster\]$")
 
@@ -479,6 +483,7 @@ def _unglued(text: str, candidates: list[Candidate]) -> str:
     # a message read from a JSON record (torchrun's error.json logged whole) keeps its newlines escaped: its first
     # line is what the interpreter would have printed as the exception line
     text = _ESCAPED_NEWLINE.split(_unflattened(_RAY_DEDUP.sub("", text.rstrip())), maxsplit=1)[0]
+    text = _PROGRESS_BAR.sub("", text)
     if text.endswith("`") and text.count("`") % 2:  # the closing mark of a Markdown code span the paste kept
         text = text[:-1].rstrip()
     whole = _GLUED_EXCEPTION_TYPE.sub("", text)
