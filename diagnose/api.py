@@ -29,7 +29,7 @@ from diagnose.model import Diagnosis, Inputs, JobInfo, RankSummary
 from diagnose.patterns import Pattern, load_patterns, pattern_dirs
 from diagnose.ranks import census_ranks, resolve_ranks, srun_reported_ranks
 from diagnose.scan import Scanner
-from diagnose.slurm import job_info
+from diagnose.slurm import job_info, saved_job_info
 from diagnose.summarize import build_evidence, build_symptoms, build_verdict, related_incidents
 
 _SLURM_OUTPUT = re.compile(r"slurm-\d+(?:_\d+)?\.(?:out|err)$")
@@ -108,6 +108,8 @@ def analyze(
         details = {**details, "config": config}
     inputs = Inputs(tuple(paths), ingested.files, ingested.bytes, _summarise_warnings(warnings + ingested.warnings))
     job_facts = job_info(job) if job else JobInfo()
+    if job_facts.state is None:  # no sacct here (logs copied off the cluster): a record saved with the logs
+        job_facts = saved_job_info((f.path for f in found_files), job) or job_facts
     verdict, state_fixes = with_job_state(verdict, job_facts)
     if state_fixes:
         fixes = [*state_fixes, *fixes]

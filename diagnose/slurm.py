@@ -1,4 +1,5 @@
-"""What SLURM knows about a job: state, exit code, nodes, elapsed (from sacct, when it exists).
+"""What SLURM knows about a job: state, exit code, nodes, elapsed (from sacct, when it exists, or from a record
+saved with the logs).
 
 Text `sacct -P` is read rather than `--json`: Slurm 22.05's JSON reports every normal exit as
 {"status": "SUCCESS", "return_code": 0}, even for failed jobs (shared/reference/slurm-local.md §6).
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterable
+from pathlib import Path
 
 from diagnose.model import JobInfo
 
@@ -23,6 +26,48 @@ def parse_sacct(text: str, job: str) -> JobInfo:
             nodes = tuple(n for n in parts[3].split(",") if n) if parts[3] not in ("", "None assigned") else ()
             return JobInfo(job, state or None, parts[2] or None, nodes, parts[4] or None)
     return JobInfo(job)
+
+
+def parse_saved_sacct(text: str) -> JobInfo | None:
+    """A job's record saved next to its logs (`sacct -P -o JobID,...,State,ExitCode,...` with its header line, as
+    a failure hook or a generator keeps it): the allocation's own row, the one whose JobID has no step suffix."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].startswith("JobID|"):
+        return None
+    header = lines[0].split("|")
+    for line in lines[1:]:
+        row = dict(zip(header, line.split("|"), strict=False))
+        job = row.get("JobID", "")
+        if job and "." not in job and row.get("State"):
+            nodes = row.get("NodeList", "")
+            return JobInfo(
+                job,
+                row["State"].split()[0].rstrip("+"),
+                row.get("ExitCode") or None,
+                tuple(n for n in nodes.split(",") if n) if nodes not in ("", "None assigned") else (),
+                row.get("Elapsed") or None,
+            )
+    return None
+
+
+_SAVED_RECORD_BYTES = 65536
+
+
+def saved_job_info(files: Iterable[Path], job: str | None) -> JobInfo | None:
+    """The one job record saved among the inputs (`sacct*.txt`), for `job` when one is asked for; None when there
+    is none, or records of several jobs and no way to choose."""
+    records = []
+    for path in files:
+        if path.name.startswith("sacct") and path.suffix == ".txt":
+            try:
+                with path.open("rb") as handle:
+                    text = handle.read(_SAVED_RECORD_BYTES).decode("utf-8", "replace")
+            except OSError:
+                continue
+            record = parse_saved_sacct(text)
+            if record is not None and (job is None or record.id == job):
+                records.append(record)
+    return records[0] if len({r.id for r in records}) == 1 else None
 
 
 def job_info(job: str) -> JobInfo:

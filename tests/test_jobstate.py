@@ -11,6 +11,7 @@ from pathlib import Path
 from diagnose.api import analyze
 from diagnose.jobstate import with_job_state
 from diagnose.model import JobInfo
+from diagnose.slurm import parse_saved_sacct, saved_job_info
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 
@@ -18,7 +19,8 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
 def _recorded(sample: str) -> JobInfo:
     header, job_line = (SAMPLES / sample / "sacct.txt").read_text().splitlines()[:2]
     row = dict(zip(header.split("|"), job_line.split("|"), strict=True))
-    return JobInfo(row["JobID"], row["State"], row["ExitCode"], (row["NodeList"],), row["Elapsed"])
+    state = row["State"].split()[0]  # "CANCELLED by 0": the state, then who
+    return JobInfo(row["JobID"], state, row["ExitCode"], (row["NodeList"],), row["Elapsed"])
 
 
 def test_a_node_failure_known_only_to_sacct_is_the_cause():
@@ -55,3 +57,32 @@ def test_a_found_cause_is_never_replaced():
 def test_a_clean_completion_changes_nothing():
     ok = analyze([str(SAMPLES / "slurm-ok")]).verdict
     assert with_job_state(ok, _recorded("slurm-ok")) == (ok, ())
+
+
+def test_a_job_record_saved_with_the_logs_speaks_without_sacct():
+    # the logs copied off the cluster: the job's stdout and the sacct record its generator saved, no .err
+    folder = SAMPLES / "slurm-node-failure"
+    out = next(folder.glob("slurm-*.out"))
+    diagnosis = analyze([str(out), str(folder / "sacct.txt")])
+    assert (diagnosis.verdict.category, diagnosis.verdict.subcategory) == ("killed", "node_failure")
+    assert (diagnosis.job.id, diagnosis.job.state, diagnosis.job.nodes) == (
+        _recorded("slurm-node-failure").id,
+        "NODE_FAIL",
+        ("vm",),
+    )
+
+
+def test_saved_records_give_the_allocations_own_state():
+    for folder in sorted(SAMPLES.glob("slurm-*")):
+        record = parse_saved_sacct((folder / "sacct.txt").read_text())
+        assert record is not None and record.id is not None and "." not in record.id, folder.name
+        assert record.state == _recorded(folder.name).state
+
+
+def test_records_of_two_jobs_choose_none(tmp_path):
+    for name in ("slurm-ok", "slurm-time-limit"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sacct.txt").write_bytes((SAMPLES / name / "sacct.txt").read_bytes())
+    files = sorted(tmp_path.glob("*/sacct.txt"))
+    assert saved_job_info(files, None) is None
+    assert saved_job_info(files, "3") == _recorded("slurm-time-limit")
