@@ -409,6 +409,7 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
     """
     if (raised := _raised_above(first, candidates)) is not None:
         return raised.text
+    first = _cleanest(first, candidates)
     if first.pattern is None and first.category == "killed":
         # a signal death known from an exit record: quote the launcher's line that reports it, if one was printed
         code = str(first.rows[0]["exitcode"]) if first.rows else None
@@ -447,6 +448,30 @@ _INTERLEAVED_TYPE = regex.compile(r"\s*[\w.]*(?:Error|Exception)\.:")
 
 def _garbled(text: str) -> bool:
     return _INTERLEAVED_TYPE.match(text) is not None
+
+
+# Exception lines of several processes written into each other mid-word: a type glued to the next writer's text
+# (`OutOfMemoryErrortorch.cuda: .`, `OutOfMemoryErrorCUDA out of memory`), or a line left with only `: ` of its type
+_SAME_MESSAGE_CHARS = 30
+_DIGITS = regex.compile(r"\d+")
+_GLUED_TYPE = regex.compile(r"\w(?:Error|Exception)(?:[a-z]|[A-Z](?!roup\b)|: \.)|^\s*: ")
+
+
+def _cleanest(first: Candidate, candidates: list[Candidate]) -> Candidate:
+    """The same failure printed whole by another process in the same file, when this one's line is glued: a line
+    of the same signature whose message (its first words) the glued line also holds."""
+    if first.pattern is None or not _GLUED_TYPE.search(first.text):
+        return first
+    glued = _DIGITS.sub("N", first.text)
+    whole = [
+        c
+        for c in candidates
+        if c.pattern == first.pattern
+        and c.file == first.file
+        and not _GLUED_TYPE.search(c.text)
+        and _DIGITS.sub("N", c.text.strip())[:_SAME_MESSAGE_CHARS] in glued
+    ]
+    return min(whole, key=lambda c: c.line) if whole else first
 
 
 # Processes writing one pipe without line buffering glue the next writer's exception type onto the end of a
