@@ -13,7 +13,7 @@
 #            per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror
 #            per-task-megatron-tp-heads srun-per-rank-megatron-tp-heads combined-dataloader-worker-killed
 #            script-missing combined-script-missing srun-per-rank-script-missing bad-argument per-task-bad-argument
-#            srun-per-rank-bad-argument node-failure
+#            srun-per-rank-bad-argument node-failure combined-node-failure srun-per-rank-node-failure
 # Each job gets its own config file (never printed); the job itself is the neutral train.sbatch.in.
 # A scenario named after a layout (combined-, per-task-, srun-per-rank-) runs with LAYOUT set to it; the
 # others use train.sbatch.in's default layout (torchrun-logs).
@@ -38,7 +38,7 @@ ALL=(ok shape-second-node hang-stalled-rank sigkill-rank scancel megatron-tp-hea
     per-task-checkpoint-truncated srun-per-rank-checkpoint-truncated combined-code-keyerror
     per-task-megatron-tp-heads srun-per-rank-megatron-tp-heads combined-dataloader-worker-killed
     script-missing combined-script-missing srun-per-rank-script-missing bad-argument per-task-bad-argument
-    srun-per-rank-bad-argument node-failure)
+    srun-per-rank-bad-argument node-failure combined-node-failure srun-per-rank-node-failure)
 LAYOUT=torchrun-logs # how train.sbatch.in starts the ranks; a scenario overrides it for one run (LAYOUT=x run ...)
 
 log() { printf '[run_all] %s\n' "$*" >&2; }
@@ -135,17 +135,20 @@ scenario() {
             scancel "$id"
             wait_job "$id"
             collect scancel "$id" ;;
-        node-failure) # long run; the job's node is marked DOWN under it, as slurmctld does when a node dies
-            local id node
-            id=$(submit "$(config '{"train_iters": 100000, "log_interval": 20, "step_sleep": 0.1}' '{}')" --no-requeue)
-            log "node-failure: submitted job $id"
+        node-failure | combined-node-failure | srun-per-rank-node-failure)
+            # long run; the job's node is marked DOWN under it, as slurmctld does when a node dies
+            local id node layout=torchrun-logs extra=()
+            case $1 in combined-*) layout=combined ;; srun-per-rank-*) layout=srun-per-rank extra=(--ntasks=8) ;; esac
+            id=$(LAYOUT=$layout submit "$(config '{"train_iters": 100000, "log_interval": 20, "step_sleep": 0.1}' '{}')" \
+                --no-requeue "${extra[@]}")
+            log "$1: submitted job $id"
             until [[ $(grep -c 'iteration' "$RUN_DIR/slurm-$id.out" 2>/dev/null) -ge 3 ]]; do sleep 1; done
             node=$(squeue -h -j "$id" -o %N)
             scontrol update NodeName="$node" State=DOWN Reason="node-failure scenario"
             wait_job "$id"
             # back in service (slurmd answering may already have returned it: then RESUME is refused)
             scontrol update NodeName="$node" State=RESUME 2>/dev/null || true
-            collect node-failure "$id" ;;
+            collect "$1" "$id" ;;
         megatron-tp-heads) # 12 heads cannot be split over tensor parallel size 8
             run megatron-tp-heads "$(config '{"use_mcore_models": true, "num_layers": 2, "hidden_size": 768,
                 "num_attention_heads": 12, "ffn_hidden_size": 3072, "seq_length": 1024,
