@@ -54,11 +54,12 @@ _SAVED_RECORD_BYTES = 65536
 
 
 def saved_job_info(files: Iterable[Path], job: str | None) -> JobInfo | None:
-    """The one job record saved among the inputs (`sacct*.txt`), for `job` when one is asked for; None when there
-    is none, or records of several jobs and no way to choose."""
+    """The one job record saved among the inputs (`sacct*.txt`, or `<job's stdout>.sacct.txt` as the failure hook
+    writes it), for `job` when one is asked for; None when there is none, or records of several jobs and no way to
+    choose."""
     records = []
     for path in files:
-        if path.name.startswith("sacct") and path.suffix == ".txt":
+        if path.name.endswith(".txt") and (path.name.startswith("sacct") or path.name.endswith(".sacct.txt")):
             try:
                 with path.open("rb") as handle:
                     text = handle.read(_SAVED_RECORD_BYTES).decode("utf-8", "replace")

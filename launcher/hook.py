@@ -81,6 +81,9 @@ def facts_from_env(env: dict[str, str], argv: list[str]) -> JobFacts:
     )
 
 
+SACCT_RECORD_FIELDS = "JobID,JobName,State,ExitCode,Elapsed,NodeList"
+
+
 def _sacct_state(job_id: str) -> str:
     lines = slurmcmd.output(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id], SLURM_TIMEOUT_S).split()
     return lines[0].rstrip("+") if lines else ""
@@ -134,7 +137,8 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def report(facts: JobFacts, node: str = "") -> list[Path]:
-    """Analyse the job's logs and write report.md / report.json; returns the files written."""
+    """Analyse the job's logs and write report.md / report.json, and the job's sacct record beside them (so a later
+    `diagnose` of the copied logs still knows the end state); returns the files written."""
     from diagnose.api import NoLogsError, analyze
     from diagnose.render.json_report import render_json
     from diagnose.render.markdown import render_markdown
@@ -152,12 +156,18 @@ def report(facts: JobFacts, node: str = "") -> list[Path]:
         log(f"job {facts.job_id}: {exc}")
         return []
     if job_dir is not None:
-        md, js = job_dir / "report.md", job_dir / "report.json"
+        md, js, record = job_dir / "report.md", job_dir / "report.json", job_dir / "sacct.txt"
     else:
         stem = files[0].name.rsplit(".", 1)[0]
         md, js = files[0].with_name(f"{stem}.report.md"), files[0].with_name(f"{stem}.report.json")
+        record = files[0].with_name(f"{stem}.sacct.txt")
     write_atomic(js, render_json(diagnosis) + "\n")
     write_atomic(md, render_markdown(diagnosis))
+    # the job's record beside its logs: `diagnose` reads it when the logs are looked at later, away from sacct
+    saved = slurmcmd.output(["sacct", "-j", facts.job_id, "-P", "-o", SACCT_RECORD_FIELDS], SLURM_TIMEOUT_S)
+    if saved.startswith("JobID|"):
+        write_atomic(record, saved)
+        return [md, js, record]
     return [md, js]
 
 

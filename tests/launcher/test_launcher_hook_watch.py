@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.api import analyze
 from launcher import hook, watch
 
 REPO = Path(__file__).parents[2]
@@ -119,3 +120,19 @@ def test_watch_cancels_as_soon_as_the_artifact_lands(tmp_path: Path, monkeypatch
     monkeypatch.setattr(watch, "scancel", lambda job: cancelled.append(job) or True)
     result = watch.watch("12", artifact=artifact, interval_s=0)
     assert result.action == "artifact" and cancelled == ["12"] and len(polls) == 3
+
+
+def test_hook_saves_the_jobs_record_for_later_reading(tmp_path: Path, monkeypatch):
+    sample = REPO / "sample_logs" / "slurm-node-failure"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    out = next(sample.glob("slurm-*.out"))
+    shutil.copy2(out, logs / out.name)  # the job's stdout only: the node-failure lines went to its .err
+    job = out.stem.split("-", 1)[1]
+    recorded = (sample / "sacct.txt").read_text()  # what sacct printed for this job on the real cluster
+    monkeypatch.setattr(hook.slurmcmd, "output", lambda cmd, timeout_s=0: recorded if cmd[:1] == ["sacct"] else "")
+    facts = hook.JobFacts(job, state="NODE_FAIL", exit_code="0:0", stdout=str(logs / "slurm-%j.out"))
+    written = hook.report(facts)
+    assert [p.name for p in written] == [f"slurm-{job}.report.md", f"slurm-{job}.report.json", f"slurm-{job}.sacct.txt"]
+    later = analyze([str(logs)]).verdict  # away from the cluster: no --job, no sacct
+    assert (later.category, later.subcategory) == ("killed", "node_failure")
