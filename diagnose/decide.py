@@ -26,6 +26,7 @@ from diagnose.refine import (
     refine_by_cut_traceback,
     refine_by_phase,
     refine_by_timeout_detail,
+    refine_compile_wrappers,
     refine_gdb_backtraces,
     refine_launcher_error_file,
     refine_launcher_reports,
@@ -141,8 +142,10 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_launcher_error_file(candidates)
     refine_retried_lookups(candidates)
     candidates.extend(_duplicate_ranks(candidates))
+    candidates.extend(_shared_gpus(candidates, patterns.get(_DUPLICATE_GPU)))
     refine_by_phase(candidates)
     refine_by_timeout_detail(candidates)
+    refine_compile_wrappers(candidates)
     refine_by_cut_traceback(candidates, _cut_tracebacks(events))
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
@@ -189,6 +192,38 @@ def _is_source_line(text: str) -> bool:
 
 
 _RANK_START = "duplicate-global-rank"
+
+
+_COMM_RANK, _DUPLICATE_GPU = "nccl-comm-init-rank", "nccl-duplicate-gpu"
+
+
+def _shared_gpus(candidates: list[Candidate], duplicate_gpu: Pattern | None) -> list[Candidate]:
+    """Two ranks of one communicator on the same host and the same GPU bus id (NCCL_DEBUG=INFO's comm lines) is
+    NCCL's duplicate-GPU misuse even where its own WARN is not in the logs: the second such line becomes a root
+    under the duplicate-GPU signature."""
+    if any(c.pattern is not None and c.pattern.id == _DUPLICATE_GPU for c in candidates):
+        return []
+    seen: dict[tuple[str | None, str, str], str] = {}
+    for c in sorted(candidates, key=lambda c: (c.file, c.line)):
+        if c.pattern is None or c.pattern.id != _COMM_RANK or not c.fields.get("bus_id"):
+            continue
+        key = (c.host, c.fields["bus_id"], c.fields.get("nranks", ""))
+        first_rank = seen.setdefault(key, c.fields.get("nccl_rank", ""))
+        if first_rank != c.fields.get("nccl_rank", ""):
+            if duplicate_gpu is None:
+                return []
+            return [
+                replace(
+                    c,
+                    pattern=duplicate_gpu,
+                    role="root",
+                    category=duplicate_gpu.category,
+                    subcategory=duplicate_gpu.subcategory,
+                    priority=50,
+                    rank=None,
+                )
+            ]
+    return []
 
 
 def _duplicate_ranks(candidates: list[Candidate]) -> list[Candidate]:

@@ -87,6 +87,29 @@ def refine_by_timeout_detail(candidates: list[Candidate]) -> None:
             c.role, c.category, c.subcategory = "symptom", "hang", None
 
 
+_COMPILE_WRAPPER = "torch-compile-error"
+
+
+def refine_compile_wrappers(candidates: list[Candidate]) -> None:
+    """torch.compile tracing an operation that fails re-raises the eager error inside its own TorchRuntimeError
+    (`Failed running call_function ...`), with the eager message on the next line: that message's signature says
+    what failed (a shape that does not broadcast), not the compiler."""
+    for c in candidates:
+        if c.role != "root" or c.pattern is None or c.pattern.id != _COMPILE_WRAPPER or "Failed running" not in c.text:
+            continue
+        detail = next(
+            (
+                d
+                for d in candidates
+                if d.role == "root" and d.pattern is not None and d.category != "code" and _below(d, c, _DETAIL_BELOW)
+            ),
+            None,
+        )
+        if detail is not None:  # one failure: the raised wrapper is quoted, its eager message says what it is
+            c.category, c.subcategory = detail.category, detail.subcategory
+            detail.role = "context"
+
+
 _NEXT_TRACEBACK_LINES = 3
 
 
