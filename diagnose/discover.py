@@ -56,8 +56,8 @@ _TORCHRUN = regex.compile(
 MANIFEST_NAMES = ("manifest.json", "launcher-manifest.json")
 # a file a training script named after the global rank that writes it (rank_3.log, log_rank_3.txt), or a folder
 # named only that (rank3/train.log); a folder that merely mentions a rank (`oom-on-rank3/`) says nothing
-_RANK_NAMED_FILE = regex.compile(r"(?:^|[_.\-])rank[_\-]?(?P<rank>\d+)(?:[_.\-]|$)", regex.IGNORECASE)
-_RANK_NAMED_DIR = regex.compile(r"rank[_\-]?(?P<rank>\d+)", regex.IGNORECASE)
+_RANK_NAMED_FILE = regex.compile(r"(?:^|[_.\-])rank[_\-]?(?P<rank>\d{1,7})(?:[_.\-]|$)", regex.IGNORECASE)
+_RANK_NAMED_DIR = regex.compile(r"rank[_\-]?(?P<rank>\d{1,7})", regex.IGNORECASE)
 
 
 @dataclass(frozen=True)

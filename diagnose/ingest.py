@@ -457,6 +457,18 @@ def _display_names(files: Iterable[LogFile], roots: list[str]) -> dict[Path, str
     return names
 
 
+_INT64 = 2**63
+
+
+def _in_range(value: Any) -> Any:
+    """A number a hostile or corrupt line made too big for the frame (`[rank99999999999999999999]`) is unknown."""
+    return None if isinstance(value, int) and not -_INT64 <= value < _INT64 else value
+
+
+def _fits(key: str, value: Any) -> Any:
+    return _in_range(value) if SCHEMA[key] == pl.Int64 else value
+
+
 @dataclass(frozen=True)
 class Ingested:
     events: pl.DataFrame
@@ -479,7 +491,7 @@ def ingest(
             )
         )
     rows = [row for result in results for row in result.rows]
-    frame = pl.DataFrame([{key: row.get(key) for key in SCHEMA} for row in rows], schema=SCHEMA)
-    census = set().union(*(r.census for r in results)) if results else set()
+    frame = pl.DataFrame([{key: _fits(key, row.get(key)) for key in SCHEMA} for row in rows], schema=SCHEMA)
+    census = {tuple(_in_range(v) for v in entry) for r in results for entry in r.census}
     warnings = tuple(w for r in results for w in r.warnings)
     return Ingested(frame, census, len(files), sum(r.size for r in results), warnings)

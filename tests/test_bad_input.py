@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -149,3 +150,14 @@ def test_editor_line_numbers_are_read_past_but_never_written(tmp_path):
     frames.write_text("\n".join(line for line in backtrace if " 0x0000" in line) + "\n")
     assert len(frames.read_text().splitlines()) >= 5
     assert read_log(frames).data == frames.read_bytes()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(min_value=2**63, max_value=10**40))
+def test_numbers_too_big_for_the_frame_never_raise(tmp_path, huge):
+    """Hostile or corrupt text can put a 20-digit rank, exit code or pid where the real run had a small one."""
+    lines = _slurm_err().read_text(errors="replace")
+    (tmp_path / "huge.err").write_text(re.sub(r"\d+", str(huge), lines))
+    (tmp_path / f"rank_{huge}.log").write_text(ROOT_LINE + "\n")  # a file named after an impossible rank
+    verdict = analyze([str(tmp_path)]).verdict
+    assert verdict.category == "shape"
