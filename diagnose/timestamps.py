@@ -42,6 +42,10 @@ def year_of(text: str) -> int | None:
     return int(m["y"]) if m else None
 
 
-def from_epoch(seconds: float) -> datetime:
-    """error.json stamps are epoch seconds; logs print local wall time, which we assume is UTC here."""
-    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+def from_epoch(seconds: float) -> datetime | None:
+    """error.json stamps are epoch seconds; logs print local wall time, which we assume is UTC here. A stamp no
+    clock can hold (a corrupt or hostile file) is no time at all."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    except (OverflowError, OSError, ValueError):
+        return None

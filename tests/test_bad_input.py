@@ -159,5 +159,7 @@ def test_numbers_too_big_for_the_frame_never_raise(tmp_path, huge):
     lines = _slurm_err().read_text(errors="replace")
     (tmp_path / "huge.err").write_text(re.sub(r"\d+", str(huge), lines))
     (tmp_path / f"rank_{huge}.log").write_text(ROOT_LINE + "\n")  # a file named after an impossible rank
+    record = next(SAMPLE.glob("torchrun-logs/*/*/attempt_0/*/error.json"))  # its epoch stamp too, for no clock
+    (tmp_path / "error.json").write_text(re.sub(r"\d+", str(huge), record.read_text()))
     verdict = analyze([str(tmp_path)]).verdict
     assert verdict.category == "shape"
