@@ -195,6 +195,19 @@ def _read_manifest(path: Path, warnings: list[str]) -> Manifest | None:
     return Manifest(path, data) if isinstance(data, dict) else None
 
 
+_MAX_RANK = 10**7
+
+
+def _rank_table(mapping: object) -> dict[int, int]:
+    """local -> global ranks from a manifest; entries that are not small whole numbers (a hand-edited or corrupt
+    manifest) are left out rather than trusted."""
+    table: dict[int, int] = {}
+    for local, rank in mapping.items() if isinstance(mapping, dict) else ():
+        if str(local).isdigit() and str(rank).isdigit() and int(local) < _MAX_RANK and int(rank) < _MAX_RANK:
+            table[int(local)] = int(rank)
+    return table
+
+
 def _apply_manifests(files: list[LogFile], manifests: list[Manifest]) -> list[LogFile]:
     """Global rank and host for torchrun-tree files, from the launcher's manifest (launcher/run.py)."""
     if not manifests:
@@ -205,8 +218,8 @@ def _apply_manifests(files: list[LogFile], manifests: list[Manifest]) -> list[Lo
             if not isinstance(node, dict) or "log_dir" not in node:
                 continue
             log_dir = (manifest.path.parent / str(node["log_dir"])).resolve().as_posix()
-            ranks = {int(k): int(v) for k, v in dict(node.get("local_to_global", {})).items()}
-            by_dir[log_dir] = (node.get("host"), ranks)
+            host = node.get("host")
+            by_dir[log_dir] = (host if isinstance(host, str) else None, _rank_table(node.get("local_to_global")))
     out = []
     for file in files:
         resolved = file.path.resolve().as_posix()

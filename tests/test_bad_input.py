@@ -163,3 +163,22 @@ def test_numbers_too_big_for_the_frame_never_raise(tmp_path, huge):
     (tmp_path / "error.json").write_text(re.sub(r"\d+", str(huge), record.read_text()))
     verdict = analyze([str(tmp_path)]).verdict
     assert verdict.category == "shape"
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        '{"nodes": [{"log_dir": "torchrun-logs", "host": 5, "local_to_global": {"1": "x"}}]}',
+        '{"nodes": [{"log_dir": null, "local_to_global": {"a": 99999999999999999999}}]}',
+        '{"nodes": [{"log_dir": "torchrun-logs", "local_to_global": [1]}]}',
+        '{"nodes": "all"}',
+        "[1, 2]",
+        "{not json",
+    ],
+)
+def test_a_corrupt_manifest_is_not_trusted_and_not_fatal(tmp_path, manifest):
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "gpu-oom-forward", run)
+    (run / "manifest.json").write_text(manifest)
+    verdict = analyze([str(run)]).verdict
+    assert (verdict.category, verdict.rank) == ("oom", 1)
