@@ -36,6 +36,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
 
 
 def _write(text: str, output: Path | None) -> None:
+    # a path that is not UTF-8 on disk reaches here as surrogate escapes, which UTF-8 output cannot carry
+    text = text.encode("utf-8", "replace").decode("utf-8")
     if output is None:
         sys.stdout.write(text)
         return

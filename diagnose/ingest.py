@@ -466,7 +466,12 @@ def _in_range(value: Any) -> Any:
 
 
 def _fits(key: str, value: Any) -> Any:
-    return _in_range(value) if SCHEMA[key] == pl.Int64 else value
+    if SCHEMA[key] == pl.Int64:
+        return _in_range(value)
+    if isinstance(value, str) and not value.isascii():
+        # a path that is not UTF-8 on disk arrives as surrogate escapes, which the frame cannot hold
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return value
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def inputs(facts: JobFacts, node: str = "") -> tuple[list[Path], Path | None]:
 
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8", errors="replace")  # a non-UTF-8 log path arrives as surrogate escapes
     os.replace(tmp, path)
 
 

@@ -7,9 +7,12 @@ verdict that must survive the damage is known.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,3 +185,22 @@ def test_a_corrupt_manifest_is_not_trusted_and_not_fatal(tmp_path, manifest):
     (run / "manifest.json").write_text(manifest)
     verdict = analyze([str(run)]).verdict
     assert (verdict.category, verdict.rank) == ("oom", 1)
+
+
+def test_a_path_that_is_not_utf8_still_gets_every_report(tmp_path):
+    """A folder and a file whose names are not UTF-8 on disk (Python sees them as surrogate escapes)."""
+    folder = os.path.join(os.fsencode(tmp_path), b"run-\xff\xfe")
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"rank_6-\xe9.err"), "wb") as out:
+        out.write(_slurm_err().read_bytes())
+    for fmt in ("json", "markdown", "terminal"):
+        done = subprocess.run(
+            [sys.executable, "-m", "diagnose.cli", str(tmp_path), "--format", fmt], capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+    report = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "diagnose.cli", str(tmp_path), "--format", "json"], capture_output=True
+        ).stdout
+    )
+    assert (report["verdict"]["category"], report["verdict"]["rank"]) == ("shape", 6)
