@@ -82,6 +82,8 @@ def read_log(path: Path, stdin_data: bytes | None = None) -> FileData:
             raw, truncated = _decompress(raw, kind)
         except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
             return FileData(name, b"", size, (f"{name}: {kind} data could not be decompressed ({exc})",))
+        if truncated and not raw:  # garbage after a valid header, or cut before its first block
+            return FileData(name, b"", size, (f"{name}: {kind} data could not be decompressed (cut or corrupt)",))
         if truncated:
             warnings.append(f"{name}: {kind} data is truncated; read what could be decompressed")
     if not raw:

@@ -6,8 +6,10 @@ verdict that must survive the damage is known.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import os
 import re
 import shutil
@@ -62,6 +64,16 @@ def test_truncated_gzip_warns_and_keeps_going(tmp_path):
     diagnosis = analyze([str(job)])
     assert diagnosis.verdict.rank == 6
     assert any("old.log.gz" in w and "truncated" in w for w in diagnosis.inputs.warnings)
+
+
+@pytest.mark.parametrize("compress", [bz2.compress, lzma.compress])
+def test_compressed_file_cut_before_any_text_is_not_an_empty_rank(tmp_path, compress):
+    job = _only_console(tmp_path)
+    (job / "rotated.log.x").write_bytes(compress(_slurm_err().read_bytes())[:16])
+    diagnosis = analyze([str(job)])
+    assert diagnosis.verdict.rank == 6
+    assert any("rotated.log.x" in w and "could not be decompressed" in w for w in diagnosis.inputs.warnings)
+    assert not any("empty file" in w for w in diagnosis.inputs.warnings)
 
 
 def test_binary_file_is_skipped_with_a_warning(tmp_path):
