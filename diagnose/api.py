@@ -77,7 +77,8 @@ def analyze(
             "; ".join(warnings) or f"no log files found under {', '.join(paths)}" + (f" for job {job}" if job else "")
         )
     ingested = ingest(list(found_files), paths, library.scanner, stdin=stdin)
-    events, rank_map = resolve_ranks(ingested.events, ingested.census)
+    run_dirs = frozenset(f.run_dir for f in found_files if f.run_dir is not None)
+    events, rank_map = resolve_ranks(ingested.events, ingested.census, run_dirs)
     by_id = {p.id: p for p in library.patterns}
     candidates = build_candidates(events, by_id)
     incidents = group_incidents(candidates)

@@ -36,7 +36,7 @@ def _node_key(task: int | None, run_dir: str | None) -> object:
     return ("task", task) if task is not None else ("dir", run_dir) if run_dir is not None else None
 
 
-def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
+def build_rank_map(events: pl.DataFrame, census: Census, run_dirs: frozenset[str] = frozenset()) -> RankMap:
     votes: dict[tuple[object, int], Counter[int]] = {}
 
     def vote(node: object, local: int | None, rank: int | None) -> None:
@@ -57,6 +57,9 @@ def build_rank_map(events: pl.DataFrame, census: Census) -> RankMap:
     nodes |= {
         _node_key(task, None) for task, local, rank in census if task is not None and (local, rank) != (None, None)
     }
+    # every torchrun run directory among the inputs is a node, lines or not (a node whose ranks printed nothing
+    # the signatures know is still a node: its local ranks are not the global ones)
+    nodes |= {_node_key(None, run_dir) for run_dir in run_dirs}
     nodes.discard(None)
     locals_seen = [v for v in events.get_column("local_rank").drop_nulls().to_list()]
     locals_seen += [local for _, local, _ in census if local is not None]
@@ -107,9 +110,12 @@ def census_ranks(census: Census, mapping: RankMap) -> set[int]:
     return {rank for rank in ranks if rank is not None}
 
 
-def resolve_ranks(events: pl.DataFrame, census: Census) -> tuple[pl.DataFrame, RankMap]:
-    """Add `grank` (resolved global rank) and `rank_inferred` columns."""
-    mapping = build_rank_map(events, census)
+def resolve_ranks(
+    events: pl.DataFrame, census: Census, run_dirs: frozenset[str] = frozenset()
+) -> tuple[pl.DataFrame, RankMap]:
+    """Add `grank` (resolved global rank) and `rank_inferred` columns. `run_dirs`: the torchrun run directories
+    of every input file."""
+    mapping = build_rank_map(events, census, run_dirs)
     # Per-rank files: one writer per (run_dir, local_rank) file group, so one rank for all its rows.
     group_rank: dict[tuple[str, int], Counter[int]] = {}
     for row in events.filter(pl.col("run_dir").is_not_null()).iter_rows(named=True):

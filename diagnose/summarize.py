@@ -308,10 +308,10 @@ def _signal_name(value: str) -> str:
 def _local_only(candidate: Candidate) -> str:
     """When only a node and a local rank are known, say exactly that instead of guessing a global rank."""
     row = candidate.rows[0] if candidate.rows else {}
-    local, host = row.get("local_rank"), row.get("host")
-    if local is None or host is None:
+    local, node = row.get("local_rank"), row.get("host") or row.get("run_dir")  # a torchrun run dir: one node
+    if local is None or node is None:
         return ""
-    return f" on local rank {local} of {host} (global rank not in the logs)"
+    return f" on local rank {local} of {node} (global rank not in the logs)"
 
 
 def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:

@@ -192,3 +192,21 @@ def test_a_scripts_own_rank_files_alone_name_the_failing_rank(run):
         pytest.skip("the evidence of a hang or a kill is only in the console")
     verdict = analyze([str(ROOT_SAMPLES / run / "logs")]).verdict
     assert (verdict.category, verdict.rank) == (expected["category"], expected.get("rank"))
+
+
+def test_two_nodes_known_only_by_their_run_dirs_give_no_global_rank(tmp_path):
+    """Two torchrun --log-dir trees (two nodes) whose lines carry no rank: the failing file's local rank and node
+    are known, its global rank is not, and the report says so instead of taking the local rank for it."""
+    tree = next((ROOT_SAMPLES / "gpu-oom-forward" / "torchrun-logs").glob("*/attempt_0"))
+    for node in ("node0", "node1"):
+        for rank_dir in tree.iterdir():
+            target = tmp_path / node / "run" / "attempt_0" / rank_dir.name
+            target.mkdir(parents=True)
+            for stream in ("stdout.log", "stderr.log"):
+                text = (rank_dir / stream).read_text()
+                if node == "node0" and "OutOfMemoryError" in text:
+                    text = ""  # only node 1's local rank 1 ran out of memory
+                (target / stream).write_text(re.sub(r"(?m)^\[rank\d+\]:", "", text))
+    verdict = analyze([str(tmp_path)]).verdict
+    assert (verdict.category, verdict.rank) == ("oom", None)
+    assert "local rank 1 of" in verdict.title and "node1" in verdict.title
