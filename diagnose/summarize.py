@@ -308,7 +308,9 @@ def _signal_name(value: str) -> str:
 def _local_only(candidate: Candidate) -> str:
     """When only a node and a local rank are known, say exactly that instead of guessing a global rank."""
     row = candidate.rows[0] if candidate.rows else {}
-    local, node = row.get("local_rank"), row.get("host") or row.get("run_dir")  # a torchrun run dir: one node
+    local, node = row.get("local_rank"), row.get("host")
+    if node is None and row.get("run_dir") is not None:  # a torchrun run dir is one node: named as the report shows it
+        node = str(row.get("file") or row["run_dir"]).rsplit("/attempt_", 1)[0]
     if local is None or node is None:
         return ""
     return f" on local rank {local} of {node} (global rank not in the logs)"
