@@ -201,8 +201,8 @@ def _shared_gpus(candidates: list[Candidate], duplicate_gpu: Pattern | None) -> 
     """Two ranks of one communicator on the same host and the same GPU bus id (NCCL_DEBUG=INFO's comm lines) is
     NCCL's duplicate-GPU misuse even where its own WARN is not in the logs: the second such line becomes a root
     under the duplicate-GPU signature."""
-    if any(c.pattern is not None and c.pattern.id == _DUPLICATE_GPU for c in candidates):
-        return []
+    if duplicate_gpu is None or any(c.pattern is not None and c.pattern.id == _DUPLICATE_GPU for c in candidates):
+        return []  # (a user library without the signature, or NCCL's own WARN says it already)
     seen: dict[tuple[str | None, str, str], str] = {}
     for c in sorted(candidates, key=lambda c: (c.file, c.line)):
         if c.pattern is None or c.pattern.id != _COMM_RANK or not c.fields.get("bus_id"):
@@ -210,8 +210,6 @@ def _shared_gpus(candidates: list[Candidate], duplicate_gpu: Pattern | None) -> 
         key = (c.host, c.fields["bus_id"], c.fields.get("nranks", ""))
         first_rank = seen.setdefault(key, c.fields.get("nccl_rank", ""))
         if first_rank != c.fields.get("nccl_rank", ""):
-            if duplicate_gpu is None:
-                return []
             return [
                 replace(
                     c,
