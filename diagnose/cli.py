@@ -18,6 +18,7 @@ import typer
 from diagnose.api import NoLogsError, analyze, load_library
 from diagnose.checker import check_patterns
 from diagnose.patterns import PatternError, load_patterns, pattern_dirs
+from diagnose.readers import encodable
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -36,8 +37,7 @@ def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
 
 
 def _write(text: str, output: Path | None) -> None:
-    # a path that is not UTF-8 on disk reaches here as surrogate escapes, which UTF-8 output cannot carry
-    text = text.encode("utf-8", "replace").decode("utf-8")
+    text = encodable(text)  # the paths given on the command line are not in the frame
     if output is None:
         sys.stdout.write(text)
         return

@@ -23,7 +23,7 @@ import regex
 from diagnose.discover import LogFile
 from diagnose.prefixes import EMPTY, Prefix, split_prefix
 from diagnose.rankset import parse_ranks
-from diagnose.readers import read_log
+from diagnose.readers import encodable, read_log
 from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
 from diagnose.tracebacks import (
@@ -383,10 +383,11 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     _attribute_sections(rows)
     _attribute_single_process(rows)
     census = _census(data)
-    if file.local_rank is not None and file.run_dir is not None and _NON_SPACE.search(data):
-        census.add((None, file.local_rank, None))  # a torchrun per-rank file that is not empty: the rank ran
-    if file.rank is not None and _NON_SPACE.search(data):
-        census.add((None, None, file.rank))  # a file named after its rank (or mapped by a manifest) that is not empty
+    if _NON_SPACE.search(data):  # a per-rank file that is not empty: its rank ran
+        if file.local_rank is not None and file.run_dir is not None:
+            census.add((None, file.local_rank, None))  # torchrun's --log-dir tree
+        if file.rank is not None:
+            census.add((None, None, file.rank))  # named after its rank, or mapped by a manifest
     return FileResult(rows, census, read.size, read.warnings)
 
 
@@ -468,10 +469,7 @@ def _in_range(value: Any) -> Any:
 def _fits(key: str, value: Any) -> Any:
     if SCHEMA[key] == pl.Int64:
         return _in_range(value)
-    if isinstance(value, str) and not value.isascii():
-        # a path that is not UTF-8 on disk arrives as surrogate escapes, which the frame cannot hold
-        return value.encode("utf-8", "replace").decode("utf-8")
-    return value
+    return encodable(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)

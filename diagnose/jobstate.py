@@ -7,77 +7,81 @@ job's end state (`--job` with sacct on PATH, as the SLURM failure hook runs it),
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import cast
+from dataclasses import dataclass, replace
 
 from diagnose.model import Fix, JobInfo, Verdict
 
-# sacct end state -> (category, subcategory, title, explanation)
-_STATE_CAUSES: dict[str, tuple[str, str | None, str, str]] = {
-    "NODE_FAIL": (
+
+@dataclass(frozen=True)
+class _StateCause:
+    category: str
+    subcategory: str | None
+    title: str
+    explanation: str
+    fix: Fix
+
+
+_STATE_CAUSES: dict[str, _StateCause] = {
+    "NODE_FAIL": _StateCause(
         "killed",
         "node_failure",
         "A node of the job failed (sacct: NODE_FAIL)",
         "slurmctld declared a node of the job dead and killed every task; the ranks on it could not log why.",
+        Fix(
+            "Find why the node failed and resubmit without it",
+            "scontrol show node <host> gives its Reason; sbatch --exclude=<host>, then resume from the last checkpoint.",
+            "sacct -j {job} -o JobID,State,ExitCode,NodeList,Reason",
+        ),
     ),
-    "TIMEOUT": (
+    "TIMEOUT": _StateCause(
         "killed",
         "time_limit",
         "The job reached its time limit (sacct: TIMEOUT)",
         "SLURM killed every task at the job's --time limit.",
+        Fix("Raise --time or checkpoint often enough to resume", "", None),
     ),
-    "OUT_OF_MEMORY": (
+    "OUT_OF_MEMORY": _StateCause(
         "killed",
         "host_oom",
         "The job ran out of host memory (sacct: OUT_OF_MEMORY)",
         "The cgroup memory limit was reached and the kernel killed a task.",
+        Fix("Ask for more host memory (--mem) or use fewer DataLoader workers", "", None),
     ),
-    "CANCELLED": (
+    "CANCELLED": _StateCause(
         "killed",
         "cancel",
         "The job was cancelled (sacct: CANCELLED)",
         "Someone or the scheduler cancelled the job.",
+        Fix("Check who cancelled the job", "", "sacct -j {job} -o JobID,State,Reason"),
     ),
-    "PREEMPTED": (
+    "PREEMPTED": _StateCause(
         "killed",
         "cancel",
         "The job was preempted (sacct: PREEMPTED)",
         "A higher-priority job took the nodes.",
+        Fix("Resume from the last checkpoint, or submit to a partition without preemption", "", None),
     ),
-    "BOOT_FAIL": (
+    "BOOT_FAIL": _StateCause(
         "killed",
         "node_failure",
         "A node of the job failed to boot (sacct: BOOT_FAIL)",
         "The job never ran: a node it was given failed to start.",
+        Fix(
+            "Resubmit without the node that failed to boot",
+            "Report the node to the cluster admins; sbatch --exclude=<host>.",
+            "sacct -j {job} -o JobID,State,NodeList,Reason",
+        ),
     ),
-    "FAILED": (
+    "FAILED": _StateCause(
         "unknown",
         None,
         "SLURM reports the job FAILED, but its logs show no error",
         "The job ended with a non-zero exit code; the failing process printed nothing these logs hold.",
-    ),
-}
-
-
-_STATE_FIXES: dict[str, Fix] = {
-    "NODE_FAIL": Fix(
-        "Find why the node failed and resubmit without it",
-        "scontrol show node <host> gives its Reason; sbatch --exclude=<host>, then resume from the last checkpoint.",
-        "sacct -j {job} -o JobID,State,ExitCode,NodeList,Reason",
-    ),
-    "BOOT_FAIL": Fix(
-        "Resubmit without the node that failed to boot",
-        "Report the node to the cluster admins; sbatch --exclude=<host>.",
-        "sacct -j {job} -o JobID,State,NodeList,Reason",
-    ),
-    "TIMEOUT": Fix("Raise --time or checkpoint often enough to resume", "", None),
-    "OUT_OF_MEMORY": Fix("Ask for more host memory (--mem) or use fewer DataLoader workers", "", None),
-    "CANCELLED": Fix("Check who cancelled the job", "", "sacct -j {job} -o JobID,State,Reason"),
-    "PREEMPTED": Fix("Resume from the last checkpoint, or submit to a partition without preemption", "", None),
-    "FAILED": Fix(
-        "Look for the failing process's own output",
-        "Its stderr may go to another file (--error, a per-task %t pattern, a torchrun --log-dir).",
-        None,
+        Fix(
+            "Look for the failing process's own output",
+            "Its stderr may go to another file (--error, a per-task %t pattern, a torchrun --log-dir).",
+            None,
+        ),
     ),
 }
 
@@ -89,28 +93,27 @@ def with_job_state(verdict: Verdict, job: JobInfo) -> tuple[Verdict, tuple[Fix, 
     cause = _STATE_CAUSES.get(job.state or "")
     if cause is None:
         return verdict, ()
-    category, subcategory, title, explanation = cause
-    fix = _STATE_FIXES[cast(str, job.state)]
+    fix = cause.fix
     fixes = (replace(fix, command=fix.command.format(job=job.id)) if fix.command else fix,)
     found_nothing = verdict.category == "ok" or (verdict.category == "unknown" and verdict.exception is None)
-    if found_nothing and verdict.category != category:
-        detail = f" (exit code {job.exit_code})" if job.exit_code and category == "unknown" else ""
+    if found_nothing and verdict.category != cause.category:
+        detail = f" (exit code {job.exit_code})" if job.exit_code and cause.category == "unknown" else ""
         adjusted = replace(
             verdict,
-            category=category,
-            subcategory=subcategory,
-            title=title + detail,
+            category=cause.category,
+            subcategory=cause.subcategory,
+            title=cause.title + detail,
             confidence="medium",
-            explanation=explanation,
+            explanation=cause.explanation,
         )
         return adjusted, fixes
-    if verdict.category == "hang" and subcategory == "node_failure":
+    if verdict.category == "hang" and cause.subcategory == "node_failure":
         adjusted = replace(
             verdict,
-            category=category,
-            subcategory=subcategory,
-            title=f"{title}; {verdict.title[0].lower()}{verdict.title[1:]}",
-            explanation=f"{explanation} {verdict.explanation}".strip(),
+            category=cause.category,
+            subcategory=cause.subcategory,
+            title=f"{cause.title}; {verdict.title[0].lower()}{verdict.title[1:]}",
+            explanation=f"{cause.explanation} {verdict.explanation}".strip(),
         )
         return adjusted, fixes
     return verdict, ()

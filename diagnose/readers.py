@@ -33,6 +33,13 @@ class FileData:
     warnings: tuple[str, ...] = ()
 
 
+def encodable(text: str) -> str:
+    """Text that encodes to UTF-8 again. A path that is not UTF-8 on disk reaches Python as surrogate escapes, and so
+    does a lone `\\ud83d` escape in a JSON file; neither the frame nor UTF-8 output can carry them, so each
+    becomes `?`."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _compression(head: bytes) -> str | None:
     return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
 

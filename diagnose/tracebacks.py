@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import regex
 
 from diagnose.prefixes import EMPTY, Prefix, split_prefix
+from diagnose.readers import encodable
 
 WINDOW_BYTES = 1 << 18
 WINDOW_LINES = 600
@@ -429,22 +430,17 @@ class ErrorFile:
     timestamp: float | None
 
 
-def _text(value: object) -> str:
-    """A JSON string as text that encodes again: a lone `\\ud83d` escape (a corrupt or hostile file) becomes `?`."""
-    return str(value).encode("utf-8", "replace").decode("utf-8")
-
-
 def parse_error_json(data: bytes) -> ErrorFile | None:
     try:
         document = json.loads(data.decode("utf-8", "replace"))
         message = document["message"]
         if isinstance(message, str):
-            message = _text(message).strip()
+            message = encodable(str(message)).strip()
             return ErrorFile(message.splitlines()[-1] if message else "", "", None)
-        text = _text(message.get("message", "")).strip()
+        text = encodable(str(message.get("message", ""))).strip()
         extra = message.get("extraInfo", {}) or {}
         stamp = extra.get("timestamp")
-        return ErrorFile(text, _text(extra.get("py_callstack", "")), float(stamp) if stamp else None)
+        return ErrorFile(text, encodable(str(extra.get("py_callstack", ""))), float(stamp) if stamp else None)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
