@@ -28,6 +28,7 @@ from diagnose.scan import Hit, Scanner
 from diagnose.timestamps import from_epoch, parse_time
 from diagnose.tracebacks import (
     Traceback,
+    chained_cause,
     frames_above,
     frames_below,
     output_phase,
@@ -233,13 +234,15 @@ def _headless_tracebacks(
         if hit.line_no in owned:
             continue
         if "python-exception" in hit.pattern_ids:
-            tb = frames_above(data, hit.start, hit.line_no, hit.prefix) or frames_below(
-                data, hit.start, hit.line_no, hit.prefix
+            tb = (
+                frames_above(data, hit.start, hit.line_no, hit.prefix)
+                or frames_below(data, hit.start, hit.line_no, hit.prefix)
+                or chained_cause(data, hit.start, hit.line_no, hit.prefix)
             )
         elif _PRINTS_STACK_BELOW & set(hit.pattern_ids):
             tb = frames_below(data, hit.start, hit.line_no, hit.prefix, upside_down=False)
-        else:
-            continue
+        else:  # a signature's own exception line (`ArrowInvalid: ...`) that starts a chain
+            tb = chained_cause(data, hit.start, hit.line_no, hit.prefix)
         if tb is None or (hit.text[:1].isspace() and not _indented_block(data, hit)):
             continue
         out.append(_fill_traceback(_base_row(file, display, tb.start_line, hit.prefix), hit.text, tb, hit.line_no))

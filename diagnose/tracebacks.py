@@ -115,6 +115,11 @@ def _checks_arguments(frame: Frame) -> bool:
 _DATA_MODULE = regex.compile(r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:data|datasets?)(?:_(?!parallel)\w+)?\.py")
 
 
+# installed data libraries: Hugging Face datasets (its packaged builders live in subfolders), webdataset,
+# MosaicML streaming
+_DATA_LIBRARY = regex.compile(r"(?:site|dist)-packages/(?:datasets|webdataset|streaming)/")
+
+
 def _is_data_module(path: str) -> bool:
     """The innermost frame in a project's data package or data module (`llamafactory/data/aligner.py`,
     `train/dataset.py`): an error raised while reading or converting samples. Site-packages `datasets/`
@@ -185,6 +190,7 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         "torch/utils/data/" in paths
         or "torchvision/datasets/" in paths
         or "pyarrow/" in paths
+        or _DATA_LIBRARY.search(paths) is not None
         or (frames and (_is_data_module(frames[-1].path) or _TOKENIZER_MODULE.search(frames[-1].path)))
         or _is_data_module(_innermost_own(frames).path if frames else "")
     ):
@@ -454,6 +460,27 @@ def _line_text(data: bytes, start: int) -> str:
     return split_prefix(data[start : data.find(b"\n", start)].decode("utf-8", "replace"))[1].strip()
 
 
+def _next_text(above: list[tuple[Prefix, str]], index: int) -> int | None:
+    """Index of the first line from `above[index]` up that is not blank, skipping one blank line at most."""
+    return next((i for i in range(index, min(index + 2, len(above))) if above[i][1].strip()), None)
+
+
+def _under_frame(above: list[tuple[Prefix, str]], index: int, prefix: Prefix) -> bool:
+    """`above[index - 1]` (a blank line, or a code line the paste stripped of its indent) sits in a traceback's
+    body: the writer's next line up is a frame, or a code line right under one. Only for a writer that names
+    itself on every line (`[rank9]: `): without a prefix, a blank line may as well separate two processes'."""
+    if prefix == EMPTY:
+        return False
+    nearest = _next_text(above, index)
+    for _ in range(2):
+        if nearest is None or above[nearest][0].stream_key != prefix.stream_key:
+            return False
+        if _FRAME.fullmatch(above[nearest][1]) is not None:
+            return True
+        nearest = _next_text(above, nearest + 1)
+    return False
+
+
 def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback | None:
     """The frames printed just above a bare exception line whose Traceback header was cut from a paste.
 
@@ -462,8 +489,11 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     """
     frames: list[Frame] = []
     first = line_no
-    for offset, (line_prefix, text) in enumerate(_lines_above(data, start), start=1):
+    above = list(_lines_above(data, start))
+    for offset, (line_prefix, text) in enumerate(above, start=1):
         if not text.strip():
+            if _under_frame(above, offset, prefix):
+                continue  # a paste that doubled every line break
             break
         if line_prefix.stream_key != prefix.stream_key:
             if line_prefix == EMPTY and prefix != EMPTY:
@@ -474,12 +504,33 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
         if (m := _FRAME.fullmatch(text)) is not None:
             frames.append(_frame(m))
             first = line_no - offset
-        elif not text[:1].isspace():
+        elif not text[:1].isspace() and not _under_frame(above, offset, prefix):
             break
     if not frames:
         return None
     exception = _line_text(data, start)
     return Traceback(first, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))
+
+
+_CHAIN_PEEK = 4096  # bytes read under an exception line for the chain marker
+_CHAIN_GAP = 3  # the marker follows after at most a blank line or two
+
+
+def chained_cause(data: bytes, start: int, line_no: int, prefix: Prefix) -> Traceback | None:
+    """An exception line followed by "During handling of the above exception" (or "The above exception was the
+    direct cause"): the first exception of a chain whose frames the paste left out. It was raised, like the
+    exceptions after it, and before them."""
+    below = data[start : start + _CHAIN_PEEK].decode("utf-8", "replace").split("\n")[1:-1]
+    for raw in below[:_CHAIN_GAP]:
+        line_prefix, text = split_prefix(raw.rstrip("\r"))
+        if not text.strip():
+            continue
+        if line_prefix.stream_key != prefix.stream_key or not text.strip().startswith(_CHAIN):
+            return None
+        exception = _line_text(data, start)
+        exc_type = _exception_type(exception)
+        return Traceback(line_no, line_no, prefix, (), exception, exc_type) if exc_type else None
+    return None
 
 
 def frames_below(data: bytes, start: int, line_no: int, prefix: Prefix, upside_down: bool = True) -> Traceback | None:
