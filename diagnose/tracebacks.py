@@ -460,24 +460,46 @@ def _line_text(data: bytes, start: int) -> str:
     return split_prefix(data[start : data.find(b"\n", start)].decode("utf-8", "replace"))[1].strip()
 
 
-def _next_text(above: list[tuple[Prefix, str]], index: int) -> int | None:
-    """Index of the first line from `above[index]` up that is not blank, skipping one blank line at most."""
-    return next((i for i in range(index, min(index + 2, len(above))) if above[i][1].strip()), None)
+class _LinesAbove:
+    """The lines above an exception line, split into prefix and text only as far as a walk reads them (most
+    stop after a few lines)."""
+
+    def __init__(self, data: bytes, start: int) -> None:
+        self._lines = _lines_above(data, start)
+        self._read: list[tuple[Prefix, str]] = []
+
+    def get(self, index: int) -> tuple[Prefix, str] | None:
+        while len(self._read) <= index:
+            line = next(self._lines, None)
+            if line is None:
+                return None
+            self._read.append(line)
+        return self._read[index]
 
 
-def _under_frame(above: list[tuple[Prefix, str]], index: int, prefix: Prefix) -> bool:
-    """`above[index - 1]` (a blank line, or a code line the paste stripped of its indent) sits in a traceback's
-    body: the writer's next line up is a frame, or a code line right under one. Only for a writer that names
-    itself on every line (`[rank9]: `): without a prefix, a blank line may as well separate two processes'."""
+def _next_text(above: _LinesAbove, index: int) -> tuple[int, tuple[Prefix, str]] | None:
+    """The first line from `above[index]` up that is not blank, skipping one blank line at most."""
+    for i in (index, index + 1):
+        line = above.get(i)
+        if line is not None and line[1].strip():
+            return i, line
+    return None
+
+
+def _under_frame(above: _LinesAbove, index: int, prefix: Prefix) -> bool:
+    """The line at `index - 1` (a blank line, or a code line the paste stripped of its indent) sits in a
+    traceback's body: the writer's next line up is a frame, or a code line right under one. Only for a writer
+    that names itself on every line (`[rank9]: `): without a prefix, a blank line may as well separate two
+    processes' output."""
     if prefix == EMPTY:
         return False
     nearest = _next_text(above, index)
     for _ in range(2):
-        if nearest is None or above[nearest][0].stream_key != prefix.stream_key:
+        if nearest is None or nearest[1][0].stream_key != prefix.stream_key:
             return False
-        if _FRAME.fullmatch(above[nearest][1]) is not None:
+        if _FRAME.fullmatch(nearest[1][1]) is not None:
             return True
-        nearest = _next_text(above, nearest + 1)
+        nearest = _next_text(above, nearest[0] + 1)
     return False
 
 
@@ -489,8 +511,11 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     """
     frames: list[Frame] = []
     first = line_no
-    above = list(_lines_above(data, start))
-    for offset, (line_prefix, text) in enumerate(above, start=1):
+    above = _LinesAbove(data, start)
+    offset = 0
+    while (line := above.get(offset)) is not None:
+        offset += 1
+        line_prefix, text = line
         if not text.strip():
             if _under_frame(above, offset, prefix):
                 continue  # a paste that doubled every line break
@@ -520,6 +545,8 @@ def chained_cause(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trac
     """An exception line followed by "During handling of the above exception" (or "The above exception was the
     direct cause"): the first exception of a chain whose frames the paste left out. It was raised, like the
     exceptions after it, and before them."""
+    if data.find(b"above exception", start, start + _CHAIN_PEEK) < 0:
+        return None  # the common case, without decoding anything: most signature lines start no chain
     below = data[start : start + _CHAIN_PEEK].decode("utf-8", "replace").split("\n")[1:-1]
     for raw in below[:_CHAIN_GAP]:
         line_prefix, text = split_prefix(raw.rstrip("\r"))
