@@ -32,6 +32,7 @@ from diagnose.refine import (
     refine_launcher_reports,
     refine_native_crashes,
     refine_retried_lookups,
+    refine_wrapped_exceptions,
 )
 from diagnose.tracebacks import SIGNAL_NAMES
 
@@ -146,6 +147,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_by_phase(candidates)
     refine_by_timeout_detail(candidates)
     refine_compile_wrappers(candidates)
+    refine_wrapped_exceptions(candidates)
     refine_by_cut_traceback(candidates, _cut_tracebacks(events))
     candidates.extend(_exit_candidates(events, candidates))
     return candidates

@@ -112,6 +112,24 @@ def refine_compile_wrappers(candidates: list[Candidate]) -> None:
             detail.role = "context"
 
 
+# an exception whose message is another exception printed on the next line: torch.compile's
+# `BackendCompilerFailed: backend='compile_fn' raised:` over `NotImplementedError: ...`
+_WRAPPER_END = " raised:"
+
+
+def refine_wrapped_exceptions(candidates: list[Candidate]) -> None:
+    """The wrapper says only that the compiler's backend failed; the exception on the next line says how, and
+    is what the user searches for."""
+    for c in candidates:
+        if c.role != "root" or not c.text.rstrip().endswith(_WRAPPER_END):
+            continue
+        inner = next((d for d in candidates if d.role == "root" and _below(d, c, 1)), None)
+        if inner is not None:
+            c.role = "context"
+            inner.from_traceback = inner.from_traceback or c.from_traceback
+            inner.phase = inner.phase or c.phase
+
+
 _NEXT_TRACEBACK_LINES = 3
 
 

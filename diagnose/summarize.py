@@ -35,6 +35,7 @@ MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
+_RAY_REPEATED = regex.compile(r"\[repeated \d+x across cluster\]")
 _DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
 _LAST_ERROR_LINES = 8  # error line, its ncclInvalidUsage-style gloss, "Last error:", the detail, blanks between
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
@@ -67,12 +68,17 @@ def build_verdict(
             or _rank_of_raised(first, candidates)
         )
         printed_once = len({(c.file, c.line) for c in root.candidates}) == 1
+        # Ray folded the same line from many workers into one ("[repeated 12x across cluster]"): the ranks shown
+        # are only the workers whose copy kept a rank, not the one that failed
+        folded = any(_RAY_REPEATED.search(c.text) for c in root.candidates)
+        if folded:
+            ranks, printed_once = [], False
         if not ranks and (printed_once or first.category not in _EVERY_PROCESS_FAILS):
             # The one rank the launcher saw fail is the writer of an error printed once, and the best
             # estimate for a runtime error several processes printed. A startup error every process hits
             # alike (a bad argument, a missing file or module) belongs to no one rank.
             ranks = _sole_failed_rank(events)
-        rank = first.rank if first.rank is not None else (ranks[0] if ranks else None)
+        rank = first.rank if first.rank is not None and not folded else (ranks[0] if ranks else None)
         where = f" on rank {rank}" if rank is not None else _local_only(first)
         host = first.host or next((c.host for c in root.candidates if c.host), None)
         title = _headline(first) + where
