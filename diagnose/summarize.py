@@ -14,7 +14,7 @@ from typing import cast
 import polars as pl
 import regex
 
-from diagnose.candidates import Candidate, Incident
+from diagnose.candidates import GENERIC_PRIORITY, Candidate, Incident
 from diagnose.decide import (
     TEARDOWN_SIGNALS,
     UNSPECIFIC_NCCL,
@@ -33,6 +33,7 @@ from diagnose.tracebacks import SIGNAL_NAMES
 
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
+_QUIET_LEVEL = regex.compile(r"\bINFO\b|\bDEBUG\b|[Ww]arning|WARNING|^\s*[IW]\d{4} |^\[[IW] ")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
 _RAY_REPEATED = regex.compile(r"\[repeated \d+x across cluster\]")
@@ -193,6 +194,34 @@ def build_verdict(
             "scheduler time limit or preemption, a node shutting down, or a user's kill) and passed the "
             "signal on to its workers.",
         )
+    warned = [
+        c
+        for c in candidates
+        if c.role == "context"
+        and c.pattern
+        and c.pattern.severity in _ALARMING
+        # a catch-all signature (priority below the generic line) reads any line naming an error; one a library
+        # logged at info or warning level is not the failure
+        and (c.pattern.priority >= GENERIC_PRIORITY or not _QUIET_LEVEL.search(c.text))
+    ]
+    if warned:
+        # Nothing raised and nothing timed out, but a library warned (NCCL_DEBUG output of a failed
+        # bootstrap): far more likely the cause than a healthy run.
+        first = min(warned, key=lambda c: (c.ts is None, c.ts or datetime.min, c.file, c.line))
+        pattern = cast(Pattern, first.pattern)
+        owner = _traceback_owner_after(first, events)
+        return Verdict(
+            category=first.category,
+            subcategory=first.subcategory,
+            title=f"{pattern.title} (the only warning-level line in the logs)",
+            rank=first.rank if first.rank is not None else (owner[0] if owner else _sole_exit(failed)),
+            ranks=tuple(sorted({c.rank for c in warned if c.rank is not None and c.pattern == pattern})),
+            host=first.host,
+            exception=first.text,
+            confidence="low",
+            pattern=pattern.id,
+            explanation=pattern.explanation,
+        )
     if failed:
         first = failed[0]
         rank = first["grank"]
@@ -207,25 +236,6 @@ def build_verdict(
             confidence="low",
             explanation="torchrun saw the rank fail, but the rank's own output (its stderr.log under --log-dir, or "
             "the job's .err file) is not among the inputs.",
-        )
-    warned = [c for c in candidates if c.role == "context" and c.pattern and c.pattern.severity in _ALARMING]
-    if warned:
-        # Nothing raised and nothing timed out, but a library warned (NCCL_DEBUG output of a failed
-        # bootstrap): far more likely the cause than a healthy run.
-        first = min(warned, key=lambda c: (c.ts is None, c.ts or datetime.min, c.file, c.line))
-        pattern = cast(Pattern, first.pattern)
-        owner = _traceback_owner_after(first, events)
-        return Verdict(
-            category=first.category,
-            subcategory=first.subcategory,
-            title=f"{pattern.title} (the only warning-level line in the logs)",
-            rank=first.rank if first.rank is not None else (owner[0] if owner else None),
-            ranks=tuple(sorted({c.rank for c in warned if c.rank is not None and c.pattern == pattern})),
-            host=first.host,
-            exception=first.text,
-            confidence="low",
-            pattern=pattern.id,
-            explanation=pattern.explanation,
         )
     cut = cut_tracebacks(events)
     if cut.height:
@@ -374,6 +384,12 @@ def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:
 def _rank_of_raised(first: Candidate, candidates: list[Candidate]) -> list[int]:
     raised = _raised_above(first, candidates)
     return [raised.rank] if raised is not None and raised.rank is not None else []
+
+
+def _sole_exit(failed: list[dict[str, object]]) -> int | None:
+    """The rank of the one process the launcher saw fail, if it saw exactly one."""
+    ranks = {cast(int, r["grank"]) for r in failed if r["grank"] is not None}
+    return ranks.pop() if len(ranks) == 1 else None
 
 
 def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
