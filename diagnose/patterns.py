@@ -7,6 +7,7 @@ of failing somewhere deep in the scanner.
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from typing import Any
 
 import regex
 
+from diagnose.cache import cache_file, write_atomically
 from diagnose.model import CATEGORIES, ROLES
 
 PATTERN_FORMAT = 1
@@ -60,7 +62,6 @@ class Pattern:
     category: str
     role: str
     regex: str
-    compiled: Any
     path: str
     subcategory: str | None = None
     severity: str = "error"
@@ -71,6 +72,12 @@ class Pattern:
     fixes: tuple[str, ...] = ()
     docs: tuple[str, ...] = ()
     examples: tuple[Example, ...] = ()
+
+    @functools.cached_property
+    def compiled(self) -> Any:
+        """Compiled on first use: a run matches lines against the few signatures the prefilter names, and
+        compiling all of them up front was a large part of a small run."""
+        return regex.compile(self.regex, regex.VERSION0)
 
     def fields(self, text: str) -> dict[str, str] | None:
         """Named groups of the first match in a prefix-stripped line, or None when it does not match."""
@@ -97,26 +104,48 @@ def pattern_dirs(extra: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
 
 
 def load_patterns(dirs: Iterable[Path]) -> list[Pattern]:
-    """Every pattern under the given directories; a later directory's id overrides an earlier one."""
-    by_id: dict[str, Pattern] = {}
+    """Every pattern under the given directories; a later directory's id overrides an earlier one.
+
+    Every regex is compiled once to validate it, unless these exact files were validated by an earlier run
+    (a cache entry named by their digest); then each compiles when first used."""
+    files: list[tuple[Path, str]] = []
     for directory in dirs:
         if not directory.is_dir():
             raise PatternError(f"{directory}: pattern directory not found")
-        for path in sorted(directory.rglob("*.toml")):
-            pattern = load_pattern_file(path)
-            by_id[pattern.id] = pattern
+        files += [(path, _read(path)) for path in sorted(directory.rglob("*.toml"))]
+    marker = cache_file("patterns", [regex.__version__, *(f"{path}\0{text}" for path, text in files)], ".ok")
+    validated = marker is not None and marker.exists()
+    by_id: dict[str, Pattern] = {}
+    for path, text in files:
+        pattern = _parse_text(path, text, validated)
+        by_id[pattern.id] = pattern
+    if marker is not None and not validated:
+        write_atomically(marker, b"")
     return sorted(by_id.values(), key=lambda p: p.id)
 
 
-def load_pattern_file(path: Path) -> Pattern:
+def _read(path: Path) -> str:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise PatternError(f"{path}: cannot read pattern file: {exc}") from exc
-    return parse_pattern(data, str(path))
 
 
-def parse_pattern(data: dict[str, Any], path: str) -> Pattern:
+def _parse_text(path: Path, text: str, validated: bool = False) -> Pattern:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PatternError(f"{path}: cannot read pattern file: {exc}") from exc
+    return parse_pattern(data, str(path), validated)
+
+
+def load_pattern_file(path: Path) -> Pattern:
+    return _parse_text(path, _read(path))
+
+
+def parse_pattern(data: dict[str, Any], path: str, validated: bool = False) -> Pattern:
+    """`validated`: this exact regex compiled before (load_patterns' cache), so compiling waits for first use."""
+
     def fail(message: str) -> PatternError:
         return PatternError(f"{path}: {message}")
 
@@ -140,18 +169,19 @@ def parse_pattern(data: dict[str, Any], path: str) -> Pattern:
     severity = data.get("severity", "error")
     if severity not in SEVERITIES:
         raise fail(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
-    compiled = compile_portable(data["regex"], fail)
+    check_portable(data["regex"], fail)
+    compiled = None if validated else compile_checked(data["regex"], fail)
     extracts = tuple(data.get("extracts", ()))
-    unknown_groups = [name for name in extracts if name not in compiled.groupindex]
+    groups = set(_GROUP_NAME.findall(data["regex"]))
+    unknown_groups = [name for name in extracts if name not in groups]
     if unknown_groups:
         raise fail(f"extracts name(s) with no named group in regex: {', '.join(unknown_groups)}")
-    return Pattern(
+    pattern = Pattern(
         id=pattern_id,
         title=str(data["title"]),
         category=data["category"],
         role=data["role"],
         regex=data["regex"],
-        compiled=compiled,
         path=path,
         subcategory=data.get("subcategory"),
         severity=severity,
@@ -163,13 +193,17 @@ def parse_pattern(data: dict[str, Any], path: str) -> Pattern:
         docs=tuple(str(d) for d in data.get("docs", ())),
         examples=tuple(_parse_examples(data.get("examples", []), fail)),
     )
+    if compiled is not None:
+        pattern.__dict__["compiled"] = compiled  # already built to validate it: the cached property's value
+    return pattern
 
 
+_GROUP_NAME = regex.compile(r"\(\?P<([A-Za-z_]\w*)>")
 _FORBIDDEN = ("(?=", "(?!", "(?<=", "(?<!", "\\1", "\\2", "(?>", "*+", "++", "?+", "|^", "(^", "(?:^", "$")
 
 
-def compile_portable(expression: Any, fail: Any) -> Any:
-    """Compile with `regex`, refusing what the byte-level prefilter and polars' Rust engine cannot run."""
+def check_portable(expression: Any, fail: Any) -> None:
+    """Refuse what the byte-level prefilter and polars' Rust engine cannot run."""
     if not isinstance(expression, str) or not expression:
         raise fail("regex must be a non-empty string")
     for token in _FORBIDDEN:
@@ -178,6 +212,9 @@ def compile_portable(expression: Any, fail: Any) -> Any:
                 f"regex uses {token!r}: look-around, back-references, possessive forms, and ^ or $ anywhere but a "
                 "leading ^ are not allowed (the byte-level prefilter sees whole files)"
             )
+
+
+def compile_checked(expression: str, fail: Any) -> Any:
     try:
         return regex.compile(expression, regex.VERSION0)
     except regex.error as exc:
