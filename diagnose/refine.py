@@ -23,10 +23,9 @@ PHASE_CATEGORY = {
     "rendezvous": "nccl",
     "import": "import",
 }
-# Programming errors stay code wherever they are raised: a class without the attribute, a name never
-# defined, a collective (a DistributedSampler) used before init_process_group is a bug in the caller, not bad
-# data or a bad checkpoint. (An attribute of None is different:
-# a value the data or the checkpoint did not provide.)
+# Programming errors stay code wherever they are raised: a class without the attribute, a name never defined,
+# a collective (a DistributedSampler) used before init_process_group is a bug in the caller, not bad data or a
+# bad checkpoint. (An attribute of None is different: a value the data or the checkpoint did not provide.)
 _PROGRAMMING_ERROR = regex.compile(
     r"\s*(?:[\w.]+\.)?(?:AttributeError: (?!'NoneType')|NameError|UnboundLocalError|SyntaxError|NotImplementedError"
     r"|\w+: Default process group has not been initialized)"
