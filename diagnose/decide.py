@@ -21,12 +21,14 @@ import regex
 from diagnose.candidates import GENERIC_PRIORITY, WATCHDOG_ABORT, Candidate, Incident, Row, order_key
 from diagnose.patterns import Pattern
 from diagnose.refine import (
+    CRASH_AFTERMATH,
     SIGNAL_DEATH_PRIORITY,
     refine_bare_asserts,
     refine_by_cut_traceback,
     refine_by_phase,
     refine_by_timeout_detail,
     refine_compile_wrappers,
+    refine_crash_after_nccl_failure,
     refine_gdb_backtraces,
     refine_launcher_error_file,
     refine_launcher_reports,
@@ -138,6 +140,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     refine_bare_asserts(candidates)
     refine_native_crashes(candidates)
+    refine_crash_after_nccl_failure(candidates)
     refine_gdb_backtraces(candidates)
     refine_launcher_reports(candidates)
     refine_launcher_error_file(candidates)
@@ -249,6 +252,8 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
     # watchdog taking its process down (torchrun ends the others within seconds of a real crash, before any
     # collective could time out)
     timeouts = [(c.file, c.line) for c in others if c.role == "symptom" and c.category == "hang"]
+    # a crash line already read as the consequence of another failure (refine_crash_after_nccl_failure)
+    consequences = {(c.file, c.line) for c in others if c.subcategory == CRASH_AFTERMATH}
     seen: set[int | None] = set()
     out = []
     rows = exit_rows(events)
@@ -265,7 +270,8 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
         watchdog_abort = signal == "SIGABRT" and (
             rank in timed_out or any(f == row["file"] and line < row["line"] for f, line in timeouts)
         )
-        if signal not in TEARDOWN_SIGNALS and not late and not watchdog_abort:
+        consequence = (row["file"], row["line"]) in consequences
+        if signal not in TEARDOWN_SIGNALS and not late and not watchdog_abort and not consequence:
             role = "root" if rank not in explained else "symptom"
         else:
             role = "symptom"

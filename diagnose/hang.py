@@ -55,6 +55,25 @@ def ranks_that_left(
     return (seen - active - launcher_failed) | (set(range(world)) - seen - launcher_failed)
 
 
+def _group_members(timeouts: list[Candidate], victims: set[int]) -> set[int]:
+    """The ranks 0..N-1 of a collective whose sizes show N: an all-gather's output is its input times the group
+    size, a reduce-scatter's input its output times it. Only when the ranks that timed out fit in 0..N-1 (the
+    default group, or a group of the first N ranks); a group of other ranks cannot be told from its size."""
+    sizes = set()
+    for c in timeouts:
+        op, given, made = c.fields.get("op", ""), _int(c.fields.get("numel_in")), _int(c.fields.get("numel_out"))
+        if not given or not made:
+            continue
+        if "ALLGATHER" in op and made % given == 0:
+            sizes.add(made // given)
+        elif "REDUCE_SCATTER" in op and given % made == 0:
+            sizes.add(given // made)
+    if len(sizes) != 1:
+        return set()
+    (size,) = sizes
+    return set(range(size)) if victims and max(victims) < size else set()
+
+
 def analyze_hang(
     candidates: list[Candidate],
     expected: set[int],
@@ -152,6 +171,9 @@ def analyze_hang(
         # SeqNums of one process group that the ranks printed themselves outweigh the silence of ranks a paste
         # may simply have left out
         suspects, reason = behind, _LOWER_SEQ
+    elif len(victims) == 1 and len(others := _group_members(timeouts, victims) - victims - active) == 1:
+        # one rank's output alone says nothing about the others, unless its collective had one other member
+        suspects, reason = others, "the only other rank of the collective the one logged rank waited in"
     elif silent and len(victims) > 1 and _whole_world(expected):
         # One visible rank says nothing about the others (a paste of one rank's output); several ranks
         # timing out while one prints nothing does, when ranks 0..max look like the whole job.

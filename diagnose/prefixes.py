@@ -33,6 +33,8 @@ _QUOTE = regex.compile(r"> ")
 _JSON_MESSAGE = regex.compile(r'\s*"message": "(?=[A-Za-z_][\w.]*(?:Error|Exception)\b)')
 # Determined AI: `<>        [2021-12-07 10:42:15] 1d0cefc1 [rank=1] || msg`
 _DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank=(\d{1,7})\] \|\| ")
+# ...and as its web UI copies a trial's log: `[<timestamp or nothing>] [rank=0] msg`
+_DETERMINED_UI = regex.compile(r"\[[^\]]{0,40}\] \[rank=(\d{1,7})\] ")
 # `[stderr]ModuleNotFoundError: ...`, and a launcher relaying a child's streams as `stderr: Traceback ...`
 _BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?|(?:stdout|stderr): ")
 # vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
@@ -143,7 +145,11 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             pass
         elif (m := _HOST_LOCAL.match(line, pos)) is not None:
             host, local_rank = host or m.group(1), local_rank if local_rank is not None else int(m.group(2))
-        elif pos == 0 and (m := _DETERMINED.match(line, pos)) is not None:
+        elif (
+            pos == 0
+            and (m := _DETERMINED.match(line, pos)) is not None
+            or (m := _DETERMINED_UI.match(line, pos)) is not None
+        ):
             rank = int(m.group(1))
         elif pos == 0 and line.startswith("> ") and (m := _QUOTE.match(line, pos)) is not None:
             pass  # a log quoted in a Markdown issue comment

@@ -190,6 +190,20 @@ def refine_native_crashes(candidates: list[Candidate]) -> None:
             c.category, c.subcategory = "cuda_error", "library_crash"
 
 
+_CRASH_AFTER_LINES = 3  # the crash line follows the failure's own WARN lines
+CRASH_AFTERMATH = "crash_aftermath"
+
+
+def refine_crash_after_nccl_failure(candidates: list[Candidate]) -> None:
+    """A native crash printed right after an NCCL failure logged in the same file is that process going down
+    from it (NCCL's proxy failing a connection, then the segfault of the teardown): the failure is the cause."""
+    failures = [c for c in candidates if c.role == "root" and c.category == "nccl" and not c.from_traceback]
+    for c in candidates:
+        crash = c.pattern is not None and c.pattern.id in _CRASH_PATTERNS
+        if crash and any(_below(c, f, _CRASH_AFTER_LINES) for f in failures):
+            c.role, c.subcategory = "symptom", CRASH_AFTERMATH
+
+
 # Exceptions whose message says little next to the source line that raised them: a bare assert, a missing key,
 # a division by zero (`rank % num_gpus` with no GPU visible), a syntax error (in a file that is a shell script).
 _SOURCE_TELLS = regex.compile(r"\s*(?:AssertionError\s*$|KeyError:|ZeroDivisionError:|SyntaxError:)")
