@@ -46,6 +46,11 @@ class Candidate:
         return (self.pattern.id if self.pattern else self.category, _DIGITS.sub("N", self.text)[:300])
 
 
+# failures every rank meets alike before training starts (a bad argument, a missing module or script, and
+# parallel sizes that do not divide: subcategory "divisibility")
+_STARTUP_CATEGORIES = frozenset({"config", "import"})
+
+
 @dataclass
 class Incident:
     candidates: list[Candidate]
@@ -56,6 +61,11 @@ class Incident:
         simultaneous (the same config error on every rank), and then the lowest rank is reported."""
         timed = [c for c in self.candidates if c.ts is not None]
         if not timed:
+            first = self.candidates[0]
+            startup = first.category in _STARTUP_CATEGORIES or first.subcategory == "divisibility"
+            if startup and len(self.ranks) > 1:
+                # the same start-up error from several ranks: simultaneous, whatever order they were printed in
+                return min(self.candidates, key=lambda c: (c.rank is None, c.rank or 0, c.file, c.line))
             # No clock: in one file the earlier line is the earlier event.
             return min(self.candidates, key=lambda c: (c.file, c.line, c.rank is None, c.rank or 0))
         start = min(c.ts for c in timed)  # type: ignore[type-var]
