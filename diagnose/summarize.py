@@ -33,7 +33,8 @@ from diagnose.tracebacks import SIGNAL_NAMES
 
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
-_QUIET_LEVEL = regex.compile(r"\bINFO\b|\bDEBUG\b|[Ww]arning|WARNING|^\s*[IW]\d{4} |^\[[IW] ")
+# a line's own log level, not a word inside its message (`run with NCCL_DEBUG=INFO for details` is an error's)
+_QUIET_LEVEL = regex.compile(r"(?:^|[\s\[|])(?:INFO|DEBUG)(?:[\s\]:|]|$)|[Ww]arning|WARNING|^\s*[IW]\d{4} |^\[[IW] ")
 _EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
 _RAY_REPEATED = regex.compile(r"\[repeated \d+x across cluster\]")
