@@ -46,9 +46,8 @@ class Candidate:
         return (self.pattern.id if self.pattern else self.category, _DIGITS.sub("N", self.text)[:300])
 
 
-# failures every rank meets alike before training starts (a bad argument, a missing module or script, and
-# parallel sizes that do not divide: subcategory "divisibility")
-_STARTUP_CATEGORIES = frozenset({"config", "import"})
+# failures every process meets alike before training starts (a bad argument, a missing module or script)
+EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 
 
 @dataclass
@@ -58,11 +57,12 @@ class Incident:
     @property
     def first(self) -> Candidate:
         """The earliest observation; ranks failing within the clock's 1 s resolution count as
-        simultaneous (the same config error on every rank), and then the lowest rank is reported."""
+        simultaneous (the same config error on every rank), and then the lowest rank is reported; so are the ranks
+        of a start-up failure printed without a clock (parallel sizes that do not divide count as one)."""
         timed = [c for c in self.candidates if c.ts is not None]
         if not timed:
-            first = self.candidates[0]
-            startup = first.category in _STARTUP_CATEGORIES or first.subcategory == "divisibility"
+            one = self.candidates[0]
+            startup = one.category in EVERY_PROCESS_FAILS or one.subcategory == "divisibility"
             if startup and len(self.ranks) > 1:
                 # the same start-up error from several ranks: simultaneous, whatever order they were printed in
                 return min(self.candidates, key=lambda c: (c.rank is None, c.rank or 0, c.file, c.line))

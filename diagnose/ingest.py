@@ -469,8 +469,14 @@ def _in_range(value: Any) -> Any:
     return None if isinstance(value, int) and not -_INT64 <= value < _INT64 else value
 
 
+_INT_COLUMNS = frozenset(key for key, dtype in SCHEMA.items() if dtype == pl.Int64)
+
+
 def _fits(key: str, value: Any) -> Any:
-    if SCHEMA[key] == pl.Int64:
+    """Every value of every row goes through here: the column's type is looked up once, not per value."""
+    if value is None:
+        return None
+    if key in _INT_COLUMNS:
         return _in_range(value)
     return encodable(value) if isinstance(value, str) else value
 

@@ -131,16 +131,12 @@ def _read(path: Path) -> str:
         raise PatternError(f"{path}: cannot read pattern file: {exc}") from exc
 
 
-def _parse_text(path: Path, text: str, validated: bool = False) -> Pattern:
+def _parse_text(path: Path, text: str, validated: bool) -> Pattern:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PatternError(f"{path}: cannot read pattern file: {exc}") from exc
     return parse_pattern(data, str(path), validated)
-
-
-def load_pattern_file(path: Path) -> Pattern:
-    return _parse_text(path, _read(path))
 
 
 def parse_pattern(data: dict[str, Any], path: str, validated: bool = False) -> Pattern:
@@ -172,7 +168,7 @@ def parse_pattern(data: dict[str, Any], path: str, validated: bool = False) -> P
     check_portable(data["regex"], fail)
     compiled = None if validated else compile_checked(data["regex"], fail)
     extracts = tuple(data.get("extracts", ()))
-    groups = set(_GROUP_NAME.findall(data["regex"]))
+    groups = set(GROUP_NAME.findall(data["regex"]))
     unknown_groups = [name for name in extracts if name not in groups]
     if unknown_groups:
         raise fail(f"extracts name(s) with no named group in regex: {', '.join(unknown_groups)}")
@@ -198,7 +194,8 @@ def parse_pattern(data: dict[str, Any], path: str, validated: bool = False) -> P
     return pattern
 
 
-_GROUP_NAME = regex.compile(r"\(\?P<([A-Za-z_]\w*)>")
+# a named group, `(?P<name>`: the prefilter strips them, the extracts check reads their names
+GROUP_NAME = regex.compile(r"\(\?P<([A-Za-z_]\w*)>")
 _FORBIDDEN = ("(?=", "(?!", "(?<=", "(?<!", "\\1", "\\2", "(?>", "*+", "++", "?+", "|^", "(^", "(?:^", "$")
 
 

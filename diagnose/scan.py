@@ -17,7 +17,7 @@ from pathlib import Path
 import regex
 
 from diagnose.cache import cache_file, write_atomically
-from diagnose.patterns import Pattern, PatternError
+from diagnose.patterns import GROUP_NAME, Pattern, PatternError
 from diagnose.prefixes import Prefix, split_glued, split_prefix
 from diagnose.relax import relax
 
@@ -38,7 +38,6 @@ ANCHORS = {
 }
 
 MATCH_LIMIT = 4000  # real error lines are shorter; a runaway line must not make a regex backtrack for minutes
-_GROUP_NAME = regex.compile(r"\(\?P<[A-Za-z_]\w*>")
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class Hit:
 def _prefilter_expression(expression: str) -> str:
     # Hyperscan ignores captures but rejects Python's named-group syntax; a leading ^ must go because
     # the raw line still carries launcher prefixes that the exact match strips first.
-    expression = _GROUP_NAME.sub("(", expression)
+    expression = GROUP_NAME.sub("(", expression)
     return relax(expression[1:] if expression.startswith("^") else expression)
 
 

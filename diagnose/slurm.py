@@ -17,14 +17,23 @@ from diagnose.model import JobInfo
 SACCT_TIMEOUT_S = 15
 
 
+def _job_row(job: str, state: str, exit_code: str, nodes: str, elapsed: str) -> JobInfo:
+    """One sacct row's fields as sacct prints them (`CANCELLED by 0`, `COMPLETED+`, `None assigned`)."""
+    return JobInfo(
+        job,
+        state.split()[0].rstrip("+") if state.strip() else None,
+        exit_code or None,
+        tuple(n for n in nodes.split(",") if n) if nodes not in ("", "None assigned") else (),
+        elapsed or None,
+    )
+
+
 def parse_sacct(text: str, job: str) -> JobInfo:
     """The job's own line of `sacct -X -n -P -o JobID,State,ExitCode,NodeList,Elapsed`."""
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) >= 5 and parts[0] == job:
-            state = parts[1].split()[0].rstrip("+") if parts[1] else None
-            nodes = tuple(n for n in parts[3].split(",") if n) if parts[3] not in ("", "None assigned") else ()
-            return JobInfo(job, state or None, parts[2] or None, nodes, parts[4] or None)
+            return _job_row(job, parts[1], parts[2], parts[3], parts[4])
     return JobInfo(job)
 
 
@@ -38,15 +47,8 @@ def parse_saved_sacct(text: str) -> JobInfo | None:
     for line in lines[1:]:
         row = dict(zip(header, line.split("|"), strict=False))
         job = row.get("JobID", "")
-        if job and "." not in job and row.get("State"):
-            nodes = row.get("NodeList", "")
-            return JobInfo(
-                job,
-                row["State"].split()[0].rstrip("+"),
-                row.get("ExitCode") or None,
-                tuple(n for n in nodes.split(",") if n) if nodes not in ("", "None assigned") else (),
-                row.get("Elapsed") or None,
-            )
+        if job and "." not in job and row.get("State", "").strip():
+            return _job_row(job, row["State"], row.get("ExitCode", ""), row.get("NodeList", ""), row.get("Elapsed", ""))
     return None
 
 

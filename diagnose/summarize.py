@@ -14,7 +14,7 @@ from typing import cast
 import polars as pl
 import regex
 
-from diagnose.candidates import GENERIC_PRIORITY, Candidate, Incident
+from diagnose.candidates import EVERY_PROCESS_FAILS, GENERIC_PRIORITY, Candidate, Incident
 from diagnose.decide import (
     TEARDOWN_SIGNALS,
     UNSPECIFIC_NCCL,
@@ -35,9 +35,7 @@ MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")
 # a line's own log level, not a word inside its message (`run with NCCL_DEBUG=INFO for details` is an error's)
 _QUIET_LEVEL = regex.compile(r"(?:^|[\s\[|])(?:INFO|DEBUG)(?:[\s\]:|]|$)|[Ww]arning|WARNING|^\s*[IW]\d{4} |^\[[IW] ")
-_EVERY_PROCESS_FAILS = frozenset({"config", "import"})
 _NAMED_WARN = 65  # a WARN signature at least this specific names the failure itself
-_RAY_REPEATED = regex.compile(r"\[repeated \d+x across cluster\]")
 _DETAIL_LINES = 4  # NCCL's "Last error:" block right around the exception line
 _LAST_ERROR_LINES = 8  # error line, its ncclInvalidUsage-style gloss, "Last error:", the detail, blanks between
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
@@ -72,10 +70,10 @@ def build_verdict(
         printed_once = len({(c.file, c.line) for c in root.candidates}) == 1
         # Ray folded the same line from many workers into one ("[repeated 12x across cluster]"): the ranks shown
         # are only the workers whose copy kept a rank, not the one that failed
-        folded = any(_RAY_REPEATED.search(c.text) for c in root.candidates)
+        folded = any(_RAY_DEDUP.search(c.text.rstrip()) for c in root.candidates)
         if folded:
             ranks, printed_once = [], False
-        if not ranks and (printed_once or first.category not in _EVERY_PROCESS_FAILS):
+        if not ranks and (printed_once or first.category not in EVERY_PROCESS_FAILS):
             # The one rank the launcher saw fail is the writer of an error printed once, and the best
             # estimate for a runtime error several processes printed. A startup error every process hits
             # alike (a bad argument, a missing file or module) belongs to no one rank.

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose import scan
-from diagnose.patterns import builtin_dir, load_patterns
+from diagnose.patterns import GROUP_NAME, builtin_dir, load_patterns
 from diagnose.relax import relax
 
 PATTERNS = load_patterns([builtin_dir()])
@@ -61,7 +61,7 @@ def test_cached_prefilter_finds_what_a_fresh_compile_finds(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
 def test_relaxed_prefilter_matches_every_must_match_example(pattern):
-    loose = regex.compile(relax(scan._GROUP_NAME.sub("(", pattern.regex).removeprefix("^")))
+    loose = regex.compile(relax(GROUP_NAME.sub("(", pattern.regex).removeprefix("^")))
     for example in pattern.examples:
         if example.should_match:
             assert loose.search(example.text), example.text
@@ -71,5 +71,5 @@ def test_relaxed_prefilter_matches_every_must_match_example(pattern):
 @given(st.sampled_from(REAL_LINES), st.sampled_from(PATTERNS))
 def test_relaxed_prefilter_never_misses_a_real_line(line, pattern):
     exact = pattern.compiled.search(scan.split_prefix(line)[1])
-    loose = regex.search(relax(scan._GROUP_NAME.sub("(", pattern.regex).removeprefix("^")), line)
+    loose = regex.search(relax(GROUP_NAME.sub("(", pattern.regex).removeprefix("^")), line)
     assert exact is None or loose is not None
