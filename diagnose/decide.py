@@ -34,6 +34,7 @@ from diagnose.refine import (
     refine_launcher_reports,
     refine_native_crashes,
     refine_retried_lookups,
+    refine_skipped_ib_devices,
     refine_wrapped_exceptions,
 )
 from diagnose.tracebacks import SIGNAL_NAMES
@@ -139,6 +140,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
         if key not in covered and not (quoted and patterns[row["pattern"]].role != "context"):
             candidates.append(make(row, patterns[row["pattern"]], row["text"]))
     refine_bare_asserts(candidates)
+    refine_skipped_ib_devices(candidates)
     refine_native_crashes(candidates)
     refine_crash_after_nccl_failure(candidates)
     refine_gdb_backtraces(candidates)

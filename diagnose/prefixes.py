@@ -15,7 +15,11 @@ import regex
 _SRUN_LABEL = regex.compile(r"\s{0,6}(\d{1,6}): ")
 _RANK = regex.compile(r"\[rank(\d{1,7})\]: ?")
 _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
-_RAY = regex.compile(r"\((?:[A-Za-z_][\w.]*\s+)?pid=(\d+)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
+# Ray's tags on forwarded output: a worker's `(Worker pid=1, ip=...)`, or Ray's own daemons (`(raylet)`, `(raylet,
+# ip=...)`, `(gcs_server)`) printing a worker that died while starting
+_RAY = regex.compile(r"\((?:(?:[A-Za-z_][\w.]*\s+)?pid=(\d+)|raylet|gcs_server)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
+# vLLM's multiprocessing executor tags each worker's output with its rank: `(VllmWorker rank=3 pid=4665) `
+_VLLM_WORKER = regex.compile(r"\((?:VllmWorker|Worker)\w* rank=(\d{1,6}) pid=\d+\)\s")
 # SkyPilot's per-node prefix: `(head, rank=0, pid=4773) `, `(worker1, rank=1, pid=...) `; its rank numbers the NODE
 _SKYPILOT = regex.compile(r"\([\w-]{1,40}, rank=\d{1,5}, pid=\d+\)\s")
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
@@ -36,6 +40,9 @@ _DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank
 # ...and as its web UI copies a trial's log: `[<timestamp or nothing>] [rank=0] msg`
 _DETERMINED_UI = regex.compile(r"\[[^\]]{0,40}\] \[rank=(\d{1,7})\] ")
 # `[stderr]ModuleNotFoundError: ...`, and a launcher relaying a child's streams as `stderr: Traceback ...`
+# pytest's report of an exception a test raised: `E` and seven spaces before each line of it (the traceback a
+# spawned process sent back included), so the lines keep their own indentation behind it
+_PYTEST = regex.compile(r"E(?: {7}|$)")
 _BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?|(?:stdout|stderr): ")
 # vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
 # (vLLM v1 puts the location in brackets: `ERROR 06-03 17:19:18 [core.py:1140] msg`)
@@ -131,6 +138,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             # prefix, so a node's torchrun local ranks are not taken for the job's global ranks
             pos = m.end()
             break
+        elif (m := _VLLM_WORKER.match(line, pos)) is not None:
+            rank = int(m.group(1)) if rank is None else rank
         elif (m := _RAY.match(line, pos)) is not None:
             host = host or m.group(2)
         elif (m := _NEMO.match(line, pos)) is not None:
@@ -153,7 +162,12 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             rank = int(m.group(1))
         elif pos == 0 and line.startswith("> ") and (m := _QUOTE.match(line, pos)) is not None:
             pass  # a log quoted in a Markdown issue comment
-        elif (m := _BARE_STREAM.match(line, pos)) is not None:
+        elif (
+            pos == 0
+            and line.startswith("E")
+            and (m := _PYTEST.match(line, pos)) is not None
+            or (m := _BARE_STREAM.match(line, pos)) is not None
+        ):
             pass
         elif (m := _VLLM.match(line, pos)) is not None:
             level = level or m.group(0)[:1]
@@ -201,7 +215,11 @@ def strip_prefix(line: str) -> str:
     return split_prefix(line)[1]
 
 
-_GLUE = regex.compile(r"\[(?:default|rank)\d{1,7}\]:")
+# a torchrun prefix, or the launcher's summary header written straight after a worker's last line that lost
+# its newline (`RuntimeError: Tensors must be CUDA and densetorch.distributed.elastic...ChildFailedError:`)
+_GLUE = regex.compile(
+    r"\[(?:default|rank)\d{1,7}\]:|(?<=[^\s:])torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"
+)
 
 
 def split_glued(line: str) -> list[tuple[int, str]]:

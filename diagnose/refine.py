@@ -2,7 +2,7 @@
 crash, the launcher's or srun's report around it, the file a C++ exception came from.
 
 Each rule reads only candidates (no raw text), runs before incidents are formed, and changes a candidate's
-role or category in place; decide.build_candidates applies them in order.
+role or category in place (one drops warnings the run survived); decide.build_candidates applies them in order.
 """
 
 from __future__ import annotations
@@ -223,6 +223,25 @@ def refine_bare_asserts(candidates: list[Candidate]) -> None:
         if source is not None and source.pattern is not None and source.category != c.category:
             c.pattern, c.category, c.subcategory = source.pattern, source.category, source.subcategory
             c.priority, c.fields = source.pattern.priority, source.fields
+
+
+_IB_DEVICE_SKIPPED = regex.compile(r"Call to ibv_open_device failed|NET/IB : Unable to open device")
+_IB_DEVICES_IN_USE = "nccl-ib-devices-in-use"
+
+
+def refine_skipped_ib_devices(candidates: list[Candidate]) -> None:
+    """NCCL probes every RDMA device on the host and warns about one it cannot open (a virtual function, a port
+    without a link); when the same host then lists the devices it will use, the job went on with those, and the
+    warnings are not why it failed."""
+    in_use: dict[tuple[str, str | None], int] = {}
+    for c in candidates:
+        if c.pattern is not None and c.pattern.id == _IB_DEVICES_IN_USE:
+            key = (c.file, c.host)
+            in_use[key] = max(in_use.get(key, 0), c.line)
+    # dropped rather than demoted: as a symptom or a warning they would still make the pure-NCCL verdict
+    candidates[:] = [
+        c for c in candidates if not (_IB_DEVICE_SKIPPED.search(c.text) and in_use.get((c.file, c.host), 0) > c.line)
+    ]
 
 
 _RETRIED_LOOKUP = "rendezvous-address-unresolved"

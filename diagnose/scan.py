@@ -39,6 +39,13 @@ ANCHORS = {
 
 MATCH_LIMIT = 4000  # real error lines are shorter; a runaway line must not make a regex backtrack for minutes
 
+# an exception line with its type and no message (the message began with a newline)
+_EMPTY_MESSAGE = regex.compile(r" {0,3}(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception):\s*")
+# the message on the next line starts at its first column with a word; the next frame, traceback or exception does
+# not count (nor an error file's JSON, indented or quoted)
+_MESSAGE_BELOW = regex.compile(r"[A-Za-z0-9]")
+_NOT_A_MESSAGE = regex.compile(r"(?:Traceback \(|During handling|The above exception|[\w.]+(?:Error|Exception):)")
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -184,9 +191,24 @@ class Scanner:
             for offset, piece in split_glued(raw):
                 at = start + len(raw[:offset].encode("utf-8"))
                 hit = self.match_line(piece, line_no=line_no, start=at, indexes=by_line[start])
+                if hit is not None and _EMPTY_MESSAGE.fullmatch(hit.text):
+                    hit = self._with_message_below(hit, data, end) or hit
                 if hit is not None:
                     hits.append(hit)
         return hits
+
+    def _with_message_below(self, hit: Hit, data: bytes, end: int) -> Hit | None:
+        """`raise ImportError("\\nDeepSpeed is not installed ...")` prints the exception's type alone on its line
+        and the message on the next: the two lines together are the error the signatures know."""
+        if end < 0:
+            return None
+        below_end = data.find(b"\n", end + 1)
+        below = data[end + 1 : below_end if below_end >= 0 else len(data)].decode("utf-8", "replace").rstrip("\r")
+        prefix, text = split_prefix(below[:MATCH_LIMIT])
+        if prefix.stream_key != hit.prefix.stream_key or not _MESSAGE_BELOW.match(text) or _NOT_A_MESSAGE.match(text):
+            return None
+        joined = self.match_line(f"{hit.raw.rstrip()} {text.strip()}", line_no=hit.line_no, start=hit.start)
+        return joined if joined is not None and joined.prefix == hit.prefix else None
 
     def match_line(self, raw: str, *, line_no: int = 1, start: int = 0, indexes: set[int] | None = None) -> Hit | None:
         """The exact match of one line; production and the pattern-example tests both come here."""

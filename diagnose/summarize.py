@@ -312,7 +312,13 @@ def _launcher_signalled(candidates: list[Candidate]) -> Candidate | None:
         and c.pattern.id == "torchrun-sigterm-teardown"
         and (c.fields.get("received") or c.fields.get("signum") or c.fields.get("signal") in _FORWARDED_SIGNALS)
     ]
-    return min(received, key=lambda c: ("SignalException" not in c.text, c.file, c.line), default=None)
+    # the agent's own traceback ending in SignalException, else its "Received N death signal" line (the same
+    # exception only quoted in an error-file dump is not the better line)
+    return min(
+        received,
+        key=lambda c: (not (c.from_traceback and "SignalException" in c.text), c.file, c.line),
+        default=None,
+    )
 
 
 def _signal_name(value: str) -> str:
