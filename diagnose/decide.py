@@ -163,14 +163,10 @@ def cut_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
     return events.filter((pl.col("kind") == "traceback") & pl.col("exception").is_null())
 
 
-def _cut_tracebacks(events: pl.DataFrame) -> list[tuple[str, int, str]]:
-    """Cut tracebacks with the phase their frames show."""
-    out = []
-    for row in cut_tracebacks(events).select("file", "line", "fields").iter_rows(named=True):
-        phase = json.loads(row["fields"] or "{}").get("phase")
-        if phase:
-            out.append((row["file"], row["line"], phase))
-    return out
+def _cut_tracebacks(events: pl.DataFrame) -> list[tuple[str, int, str | None, int | None]]:
+    """Cut tracebacks with the phase their frames show and the rank that printed them."""
+    rows = cut_tracebacks(events).select("file", "line", "fields", "grank").iter_rows(named=True)
+    return [(r["file"], r["line"], json.loads(r["fields"] or "{}").get("phase") or None, r["grank"]) for r in rows]
 
 
 def signal_subcategory(signal: str) -> str:

@@ -38,10 +38,15 @@ def _below(later: Candidate, earlier: Candidate, lines: int) -> bool:
     return later.file == earlier.file and 0 < later.line - earlier.line <= lines
 
 
+# a spawned child's start-up data ending early: the parent that was sending it went away
+_START_DATA_CUT = regex.compile(r"\s*(?:_pickle\.UnpicklingError|EOFError|ConnectionResetError|BrokenPipeError)\b")
+
+
 def refine_by_phase(candidates: list[Candidate]) -> None:
     """A generic exception raised while a checkpoint was being loaded, or inside torch's data loading
     machinery, is a checkpoint or data failure; a checkpoint signature (torch.save could not open its file)
-    raised from a project's data module is about a dataset cache, so data."""
+    raised from a project's data module is about a dataset cache, so data; a spawned child that could not read
+    its start-up data is a victim of its parent."""
     refined: dict[tuple[str, str], str] = {}
     for c in candidates:
         if (
@@ -54,6 +59,11 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
             and (c.phase == "import" or not _PROGRAMMING_ERROR.match(c.text))
         ):
             c.category = refined[c.signature] = PHASE_CATEGORY[c.phase]
+    for c in candidates:
+        if c.from_traceback and c.phase == "child_start" and c.role == "root" and _START_DATA_CUT.match(c.text):
+            # the child could not even read what its parent sent it: the parent died first (a MemoryError there
+            # is the child's own: the data it was sent did not fit)
+            c.role, c.category = "symptom", "killed"
     for c in candidates:
         # torch.save / torch.load failing under a project's data module: the file is a dataset cache
         if c.from_traceback and c.category == "checkpoint" and c.phase == "data_loading":
@@ -132,14 +142,26 @@ def refine_wrapped_exceptions(candidates: list[Candidate]) -> None:
 _NEXT_TRACEBACK_LINES = 3
 
 
-def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, int, str]]) -> None:
+_EXCEPTION_LINE = regex.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b")
+
+
+def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, int, str | None, int | None]]) -> None:
     """A paste often starts with one rank's exception line, its frames cut off above, followed by another rank's
     traceback of the same failure cut off before its exception line. That traceback's frames say where both
-    were (loading a checkpoint, reading data). `cut`: (file, first line, phase) of tracebacks with no exception."""
+    were (loading a checkpoint, reading data). A line with no rank of its own right above a rank's cut traceback
+    is that process's: a library logs the error (`Failed to load JSON from file ...`) and then raises it.
+    `cut`: (file, first line, phase, rank) of tracebacks with no exception."""
     for c in candidates:
-        if c.phase or c.priority >= GENERIC_PRIORITY or c.role != "root" or _PROGRAMMING_ERROR.match(c.text):
+        if c.role != "root":
             continue
-        phase = next((ph for f, line, ph in cut if f == c.file and 0 < line - c.line <= _NEXT_TRACEBACK_LINES), None)
+        below = next((t for t in cut if t[0] == c.file and 0 < t[1] - c.line <= _NEXT_TRACEBACK_LINES), None)
+        if below is None:
+            continue
+        _, _, phase, rank = below
+        if c.rank is None and rank is not None and not c.from_traceback and not _EXCEPTION_LINE.match(c.text):
+            c.rank, c.rank_inferred = rank, True  # (an exception line there may be another process's, unprefixed)
+        if c.phase or c.priority >= GENERIC_PRIORITY or _PROGRAMMING_ERROR.match(c.text):
+            continue
         if phase in PHASE_CATEGORY:
             c.category = PHASE_CATEGORY[phase]
 

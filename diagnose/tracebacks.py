@@ -82,9 +82,10 @@ _RENDEZVOUS = (
 
 # functions that restore a saved run: `load_checkpoint`, `check_ckpt_list`, accelerate's `load_state`, and the
 # per-GPU RNG states a resume puts back (`set_rng_state_all`: saved with more GPUs than this run has)
+# (SpeechBrain's Pretrainer loads pretrained parameter files in `load_collected`)
 _CHECKPOINT_LOAD = regex.compile(
     r"(?:load|check|read|resume)_(?:\w+_)?(?:checkpoint|ckpt|state_dict)|load_from_\w*state_dict|load_model_state"
-    r"|^load_state$|^set_rng_state_all$"
+    r"|load_(?:\w+_)?(?:pretrained|weights)\b|^load_state$|^set_rng_state_all$|^load_collected$"
 )
 _CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$")
 
@@ -161,6 +162,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     paths = " ".join(f.path for f in frames)
     if any(f.func == "__post_init__" and f.path.endswith(_ELASTIC_ERROR_FILE) for f in frames):
         return "launcher_error_file"
+    if frames and frames[-1].func == "_main" and frames[-1].path.endswith("multiprocessing/spawn.py"):
+        return "child_start"  # a spawned child reading its start-up data from a parent that went away
     if not cut and frames and frames[-1].func == "<module>" and _INSTALLED.search(frames[-1].path):
         return "import"  # raised by an installed package's module-level code: while it was being imported
     # torch.save / torch.load called straight from a project's data module write or read a dataset cache
@@ -266,6 +269,7 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
     frames: list[Frame] = []
     base: int | None = None
     source: str | None = None
+    flat = after_frame = False  # a paste that lost every indent: frames and their code lines at column 0
     for number, line_prefix, text in lines:
         if prefix == EMPTY and line_prefix != EMPTY:
             prefix = line_prefix  # the header lost its prefix in the paste; the body says whose it is
@@ -280,8 +284,12 @@ def parse_traceback(data: bytes, start: int, line_no: int, prefix: Prefix) -> Tr
                 continue
         elif (m := _FRAME.fullmatch(text)) is not None:
             if base is None:
-                base = max(_indent(text) - 2, 0)
+                base, flat = max(_indent(text) - 2, 0), _indent(text) == 0
             frames.append(_frame(m))
+            after_frame = True
+            continue
+        elif flat and after_frame and _exception_type(stripped) is None and not stripped.startswith("Traceback"):
+            source, after_frame = stripped, False  # the code line under its frame, unindented like it
             continue
         elif _indent(text) > (base or 0) or stripped.startswith(("^", "~", "[Previous line repeated")):
             if frames and not stripped.startswith(("^", "~", "[Previous line repeated")):
