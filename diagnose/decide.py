@@ -426,11 +426,28 @@ def _kernel_assert(chosen: Incident, roots: list[Incident]) -> Incident | None:
     return min(asserts, key=lambda i: (i.first.file, i.first.line), default=None)
 
 
+# transformers' lazy import re-raising a module's import failure with the original error on the lines under it
+_REPORTS_ERROR_BELOW = frozenset({"transformers-lazy-import"})
+_WRAPPED_ERROR_LINES = 3
+
+
 def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
-    """NCCL's generic result codes ("unhandled cuda error", "internal error") only say a CUDA or system
+    """A wrapper's line (transformers' "Failed to import X because of the following error") is explained by the
+    error it prints under itself. NCCL's generic result codes ("unhandled cuda error", "internal error") only say a CUDA or system
     call failed; a line of the same writer just before the exception (or its "Last error:" detail just under
     it) that names the failure with another category (NCCL's `Cuda failure 'out of memory'`) is the cause."""
     first = chosen.first
+    if first.pattern is not None and first.pattern.id in _REPORTS_ERROR_BELOW:
+        # a wrapper that prints the error it caught on its next lines: a signature there names it
+        below = [
+            i
+            for i in roots
+            if i is not chosen
+            and i.first.file == first.file
+            and 0 < i.first.line - first.line <= _WRAPPED_ERROR_LINES
+            and i.first.priority > first.priority
+        ]
+        return min(below, key=lambda i: i.first.line, default=None)
     if first.category != "nccl" or not UNSPECIFIC_NCCL.search(first.text):
         return None
     causes = [

@@ -18,8 +18,11 @@ _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 # Ray's tags on forwarded output: a worker's `(Worker pid=1, ip=...)`, or Ray's own daemons (`(raylet)`, `(raylet,
 # ip=...)`, `(gcs_server)`) printing a worker that died while starting
 _RAY = regex.compile(r"\((?:(?:[A-Za-z_][\w.]*\s+)?pid=(\d+)|raylet|gcs_server)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
-# vLLM's multiprocessing executor tags each worker's output with its rank: `(VllmWorker rank=3 pid=4665) `
-_VLLM_WORKER = regex.compile(r"\((?:VllmWorker|Worker)\w* rank=(\d{1,6}) pid=\d+\)\s")
+# vLLM's multiprocessing executor tags each worker's output with its rank: `(VllmWorker rank=3 pid=4665) `, or
+# in later versions its tensor-parallel index when that is the only parallelism: `(Worker_TP0 pid=3259) `
+_VLLM_WORKER = regex.compile(
+    r"\((?:(?:VllmWorker|Worker)\w* rank=(\d{1,6})|(?:VllmWorker |Worker_)TP(\d{1,4})) pid=\d+\)\s"
+)
 # SkyPilot's per-node prefix: `(head, rank=0, pid=4773) `, `(worker1, rank=1, pid=...) `; its rank numbers the NODE
 _SKYPILOT = regex.compile(r"\([\w-]{1,40}, rank=\d{1,5}, pid=\d+\)\s")
 _NEMO = regex.compile(r"\[NeMo ([DIWEC]) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\] ?")
@@ -40,6 +43,8 @@ _DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank
 # ...and as its web UI copies a trial's log: `[<timestamp or nothing>] [rank=0] msg`
 _DETERMINED_UI = regex.compile(r"\[[^\]]{0,40}\] \[rank=(\d{1,7})\] ")
 # `[stderr]ModuleNotFoundError: ...`, and a launcher relaying a child's streams as `stderr: Traceback ...`
+# Markdown bold a poster put around the line that matters (`[rank1]: **RuntimeError: ...**`)
+_BOLD = regex.compile(r"\*\*(?=[^\s*])")
 # pytest's report of an exception a test raised: `E` and seven spaces before each line of it (the traceback a
 # spawned process sent back included), so the lines keep their own indentation behind it
 _PYTEST = regex.compile(r"E(?: {7}|$)")
@@ -139,7 +144,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             pos = m.end()
             break
         elif (m := _VLLM_WORKER.match(line, pos)) is not None:
-            rank = int(m.group(1)) if rank is None else rank
+            rank = int(m.group(1) or m.group(2)) if rank is None else rank
         elif (m := _RAY.match(line, pos)) is not None:
             host = host or m.group(2)
         elif (m := _NEMO.match(line, pos)) is not None:
@@ -201,6 +206,9 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             break
         pos = m.end()
     text = line[pos:]
+    bold_end = text.rstrip().endswith("**") and not text.rstrip().endswith("***")
+    if (m := _BOLD.match(text)) is not None and bold_end and len(text.rstrip()) > 4:
+        text, pos = text[m.end() :].rstrip()[:-2], pos + m.end()
     if task is not None and text.startswith(("slurmstepd", "srun: ")):
         task = None  # srun routes its own and slurmstepd's messages through a task's label: not that task's output
     if (m := _JSON_MESSAGE.match(text)) is not None:

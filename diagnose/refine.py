@@ -139,7 +139,7 @@ def refine_wrapped_exceptions(candidates: list[Candidate]) -> None:
             inner.phase = inner.phase or c.phase
 
 
-_NEXT_TRACEBACK_LINES = 3
+_NEXT_TRACEBACK_LINES = 4  # a blank line, "During handling of the above exception ...", a blank line
 
 
 _EXCEPTION_LINE = regex.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b")
@@ -148,7 +148,8 @@ _EXCEPTION_LINE = regex.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exc
 def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, int, str | None, int | None]]) -> None:
     """A paste often starts with one rank's exception line, its frames cut off above, followed by another rank's
     traceback of the same failure cut off before its exception line. That traceback's frames say where both
-    were (loading a checkpoint, reading data). A line with no rank of its own right above a rank's cut traceback
+    were (loading a checkpoint, reading data); so do the frames of the traceback a chained exception was raised
+    under ("During handling of the above exception"), cut off the same way. A line with no rank of its own right above a rank's cut traceback
     is that process's: a library logs the error (`Failed to load JSON from file ...`) and then raises it.
     `cut`: (file, first line, phase, rank) of tracebacks with no exception."""
     for c in candidates:

@@ -67,16 +67,16 @@ def build_verdict(
             or _rank_of_detail(first, candidates)
             or _rank_of_raised(first, candidates)
         )
-        printed_once = len({(c.file, c.line) for c in root.candidates}) == 1
         # Ray folded the same line from many workers into one ("[repeated 12x across cluster]"): the ranks shown
         # are only the workers whose copy kept a rank, not the one that failed
         folded = any(_RAY_DEDUP.search(c.text.rstrip()) for c in root.candidates)
         if folded:
-            ranks, printed_once = [], False
-        if not ranks and (printed_once or first.category not in EVERY_PROCESS_FAILS):
+            ranks = []
+        if not ranks and first.category not in EVERY_PROCESS_FAILS:
             # The one rank the launcher saw fail is the writer of an error printed once, and the best
             # estimate for a runtime error several processes printed. A startup error every process hits
-            # alike (a bad argument, a missing file or module) belongs to no one rank.
+            # alike (a bad argument, a missing file or module) belongs to no one rank, even when only one
+            # process's copy was kept: 20 of the 28 collectors' labels of such excerpts give none.
             ranks = _sole_failed_rank(events)
         rank = first.rank if first.rank is not None and not folded else (ranks[0] if ranks else None)
         where = f" on rank {rank}" if rank is not None else _local_only(first)

@@ -87,7 +87,9 @@ _CHECKPOINT_LOAD = regex.compile(
     r"(?:load|check|read|resume)_(?:\w+_)?(?:checkpoint|ckpt|state_dict)|load_from_\w*state_dict|load_model_state"
     r"|load_(?:\w+_)?(?:pretrained|weights)\b|^load_state$|^set_rng_state_all$|^load_collected$"
 )
-_CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$")
+_CHECKPOINT_SAVE = regex.compile(
+    r"save_(?:\w+_)?checkpoint|^_?save_state_dict$|^save_state$"
+)  # accelerate's save_state
 
 
 _ARGUMENT_CHECKS = ("validate_args", "parse_args", "_parse_args", "check_args", "validate_arguments")
@@ -151,6 +153,9 @@ def output_phase(exc_type: str | None, source: str | None) -> str | None:
     return None
 
 
+# FSDP's modules that only run to build or load a (sharded, full or optimizer) state dict
+_FSDP_STATE_DICT_MODULES = ("fsdp/_optim_utils.py", "fsdp/_state_dict_utils.py")
+
 # torchrun's agent reading the error file a worker wrote as it died (ProcessFailure.__post_init__)
 _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__.py"
 
@@ -184,6 +189,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     ):
         return "checkpoint_save"
     if any(f.func == "sharded_state_dict" for f in frames):  # Megatron's dist_checkpointing state of a module
+        return "checkpoint_state"
+    if any(f.path.endswith(_FSDP_STATE_DICT_MODULES) for f in frames):  # FSDP gathering (optimizer) state dicts
         return "checkpoint_state"
     if any(f.func in _RENDEZVOUS or "torch/distributed/rendezvous.py" in f.path for f in frames):
         return "rendezvous"
