@@ -433,9 +433,10 @@ _WRAPPED_ERROR_LINES = 3
 
 def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
     """A wrapper's line (transformers' "Failed to import X because of the following error") is explained by the
-    error it prints under itself. NCCL's generic result codes ("unhandled cuda error", "internal error") only say a CUDA or system
-    call failed; a line of the same writer just before the exception (or its "Last error:" detail just under
-    it) that names the failure with another category (NCCL's `Cuda failure 'out of memory'`) is the cause."""
+    error it prints under itself. NCCL's generic result codes ("unhandled cuda error", "internal error") only say
+    a CUDA or system call failed; a line of the same writer just before the exception (or its "Last error:" detail
+    just under it) that names the failure with another category (NCCL's `Cuda failure 'out of memory'`) is the
+    cause."""
     first = chosen.first
     if first.pattern is not None and first.pattern.id in _REPORTS_ERROR_BELOW:
         # a wrapper that prints the error it caught on its next lines: a signature there names it

@@ -42,12 +42,12 @@ _JSON_MESSAGE = regex.compile(r'\s*"message": "(?=[A-Za-z_][\w.]*(?:Error|Except
 _DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank=(\d{1,7})\] \|\| ")
 # ...and as its web UI copies a trial's log: `[<timestamp or nothing>] [rank=0] msg`
 _DETERMINED_UI = regex.compile(r"\[[^\]]{0,40}\] \[rank=(\d{1,7})\] ")
-# `[stderr]ModuleNotFoundError: ...`, and a launcher relaying a child's streams as `stderr: Traceback ...`
 # Markdown bold a poster put around the line that matters (`[rank1]: **RuntimeError: ...**`)
 _BOLD = regex.compile(r"\*\*(?=[^\s*])")
 # pytest's report of an exception a test raised: `E` and seven spaces before each line of it (the traceback a
 # spawned process sent back included), so the lines keep their own indentation behind it
 _PYTEST = regex.compile(r"E(?: {7}|$)")
+# `[stderr]ModuleNotFoundError: ...`, and a launcher relaying a child's streams as `stderr: Traceback ...`
 _BARE_STREAM = regex.compile(r"\[(?:stdout|stderr)\] ?|(?:stdout|stderr): ")
 # vLLM's logger: `ERROR 04-07 00:57:46 ray_utils.py:45] msg`
 # (vLLM v1 puts the location in brackets: `ERROR 06-03 17:19:18 [core.py:1140] msg`)

@@ -149,9 +149,9 @@ def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, in
     """A paste often starts with one rank's exception line, its frames cut off above, followed by another rank's
     traceback of the same failure cut off before its exception line. That traceback's frames say where both
     were (loading a checkpoint, reading data); so do the frames of the traceback a chained exception was raised
-    under ("During handling of the above exception"), cut off the same way. A line with no rank of its own right above a rank's cut traceback
-    is that process's: a library logs the error (`Failed to load JSON from file ...`) and then raises it.
-    `cut`: (file, first line, phase, rank) of tracebacks with no exception."""
+    under ("During handling of the above exception"), cut off the same way. A log line with no rank of its own
+    right above a rank's cut traceback is that process's: a library logs the error (`Failed to load JSON from
+    file ...`) and then raises it. `cut`: (file, first line, phase, rank) of tracebacks with no exception."""
     for c in candidates:
         if c.role != "root":
             continue

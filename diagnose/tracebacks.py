@@ -82,14 +82,12 @@ _RENDEZVOUS = (
 
 # functions that restore a saved run: `load_checkpoint`, `check_ckpt_list`, accelerate's `load_state`, and the
 # per-GPU RNG states a resume puts back (`set_rng_state_all`: saved with more GPUs than this run has)
-# (SpeechBrain's Pretrainer loads pretrained parameter files in `load_collected`)
+# (SpeechBrain's Pretrainer loads pretrained parameter files in `load_collected`); saving: accelerate's `save_state`
 _CHECKPOINT_LOAD = regex.compile(
     r"(?:load|check|read|resume)_(?:\w+_)?(?:checkpoint|ckpt|state_dict)|load_from_\w*state_dict|load_model_state"
     r"|load_(?:\w+_)?(?:pretrained|weights)\b|^load_state$|^set_rng_state_all$|^load_collected$"
 )
-_CHECKPOINT_SAVE = regex.compile(
-    r"save_(?:\w+_)?checkpoint|^_?save_state_dict$|^save_state$"
-)  # accelerate's save_state
+_CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$|^save_state$")
 
 
 _ARGUMENT_CHECKS = ("validate_args", "parse_args", "_parse_args", "check_args", "validate_arguments")
