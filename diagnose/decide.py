@@ -409,11 +409,15 @@ _KERNEL_ASSERT = regex.compile(r"Assertion `.+` failed")
 
 
 def _kernel_assert(chosen: Incident, roots: list[Incident]) -> Incident | None:
-    """ "CUDA error: device-side assert triggered" is CUDA reporting, asynchronously, a kernel's failed
-    assertion; the kernel's own line (`Loss.cu:245: ... Assertion `t >= 0 && t < n_classes` failed.`) from
-    the same rank says what failed."""
+    """ "CUDA error: device-side assert triggered" (or any CUDA error after it) is CUDA reporting, asynchronously,
+    a kernel's failed assertion; the kernel's own line (`Loss.cu:245: ... Assertion `t >= 0 && t < n_classes`
+    failed.`) from the same rank says what failed."""
     first = chosen.first
-    if "device-side assert triggered" not in first.text:
+    # any CUDA error after a failed kernel assertion is the assertion surfacing (a cuBLAS call failing to execute
+    # on a device already in the assert state, the watchdog's own device-side assert)
+    if _KERNEL_ASSERT.search(first.text) or (
+        first.category != "cuda_error" and "device-side assert triggered" not in first.text
+    ):
         return None
     asserts = [
         i
@@ -423,7 +427,11 @@ def _kernel_assert(chosen: Incident, roots: list[Incident]) -> Incident | None:
         and _KERNEL_ASSERT.search(i.first.text)
         and (i.first.rank is None or first.rank is None or i.first.rank == first.rank)
     ]
-    return min(asserts, key=lambda i: (i.first.file, i.first.line), default=None)
+    kernel = min(asserts, key=lambda i: (i.first.file, i.first.line), default=None)
+    if kernel is not None and kernel.first.rank is None and first.rank is not None:
+        # the kernel writes its assertion straight to stderr, without the rank prefix its process's errors carry
+        kernel = Incident([replace(c, rank=first.rank) for c in kernel.candidates])
+    return kernel
 
 
 # transformers' lazy import re-raising a module's import failure with the original error on the lines under it

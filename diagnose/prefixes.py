@@ -227,6 +227,8 @@ def strip_prefix(line: str) -> str:
 # its newline (`RuntimeError: Tensors must be CUDA and densetorch.distributed.elastic...ChildFailedError:`)
 _GLUE = regex.compile(
     r"\[(?:default|rank)\d{1,7}\]:|(?<=[^\s:])torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"
+    # a terminal paste whose line breaks became a run of spaces: the exception line after the last code line
+    r"|(?<=\S {20,})(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): "
 )
 
 

@@ -73,11 +73,16 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
             c.category = refined[c.signature]
 
 
+# phases of a launcher's own code that only runs once workers are dying (tracebacks.phase_of)
+LAUNCHER_AFTERMATH = frozenset({"launcher_error_file", "launcher_signal", "launcher_teardown"})
+
+
 def refine_launcher_error_file(candidates: list[Candidate]) -> None:
     """torchrun reads the error file each worker writes as it dies. A worker killed in the middle of writing it
     (the watchdog aborting the process) leaves it empty, and the agent's own traceback then ends in a JSON
-    error: the launcher tripping over the aftermath, not a cause."""
-    aftermath = {c.signature for c in candidates if c.from_traceback and c.phase == "launcher_error_file"}
+    error: the launcher tripping over the aftermath, not a cause. So is DeepSpeed's launcher failing in the
+    handler that stops its workers."""
+    aftermath = {c.signature for c in candidates if c.from_traceback and c.phase in LAUNCHER_AFTERMATH}
     for c in candidates:
         if c.signature in aftermath:
             c.role, c.category, c.subcategory = "symptom", "killed", "teardown"

@@ -41,6 +41,8 @@ _LAST_ERROR_LINES = 8  # error line, its ncclInvalidUsage-style gloss, "Last err
 _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its traceback
 # A peer's socket closed or its process exited: the peer is gone.
 _PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-remote-error"})
+# a line that only calls itself an error: quoted when nothing else is, never a category of its own
+LAST_RESORT = "error-line"
 
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
@@ -203,10 +205,12 @@ def build_verdict(
         # logged at info or warning level is not the failure
         and (c.pattern.priority >= GENERIC_PRIORITY or not _QUIET_LEVEL.search(c.text))
     ]
+    last_resort = [c for c in warned if cast(Pattern, c.pattern).id == LAST_RESORT]
+    warned = [c for c in warned if cast(Pattern, c.pattern).id != LAST_RESORT]
     if warned:
         # Nothing raised and nothing timed out, but a library warned (NCCL_DEBUG output of a failed
         # bootstrap): far more likely the cause than a healthy run.
-        first = min(warned, key=lambda c: (c.ts is None, c.ts or datetime.min, c.file, c.line))
+        first = _earliest(warned)
         pattern = cast(Pattern, first.pattern)
         owner = _traceback_owner_after(first, events)
         return Verdict(
@@ -232,6 +236,7 @@ def build_verdict(
             rank=rank,
             ranks=tuple(sorted({r["grank"] for r in failed if r["grank"] is not None})),
             host=first["host"],
+            exception=_earliest(last_resort).text if last_resort else None,
             confidence="low",
             explanation="torchrun saw the rank fail, but the rank's own output (its stderr.log under --log-dir, or "
             "the job's .err file) is not among the inputs.",
@@ -267,6 +272,20 @@ def build_verdict(
             pattern=cast(Pattern, first.pattern).id,
             explanation=cast(Pattern, first.pattern).explanation,
         )
+    if last_resort:
+        # a line that says "error" and nothing known: quote it rather than report nothing
+        first = _earliest(last_resort)
+        owner = _traceback_owner_after(first, events)
+        return Verdict(
+            category="unknown",
+            title="An error no signature knows (the only error line in the logs)",
+            rank=first.rank if first.rank is not None else (owner[0] if owner else None),
+            host=first.host,
+            exception=first.text,
+            confidence="low",
+            pattern=LAST_RESORT,
+            explanation=cast(Pattern, first.pattern).explanation,
+        )
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     if excerpt:
@@ -279,6 +298,10 @@ def build_verdict(
             "Include the lines of the first rank that failed (its stderr) or the whole log.",
         )
     return Verdict(category="ok", title="No failure found in the logs", confidence="medium" if events.height else "low")
+
+
+def _earliest(candidates: list[Candidate]) -> Candidate:
+    return min(candidates, key=lambda c: (c.ts is None, c.ts or datetime.min, c.file, c.line))
 
 
 def _quiet_failure(failed: list[dict[str, object]], candidates: list[Candidate]) -> dict[str, object] | None:
@@ -302,15 +325,18 @@ _FORWARDED_SIGNALS = {"SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
 
 
 def _launcher_signalled(candidates: list[Candidate]) -> Candidate | None:
-    """torchrun's agent saying a signal reached IT (not a worker): the job was stopped from outside. Its own
-    teardown after a worker failed sends SIGTERM; passing on any other signal (SIGHUP when the terminal closed,
-    SIGINT) means the agent received that signal itself."""
+    """torchrun's agent (or DeepSpeed's launcher) saying a signal reached IT (not a worker): the job was stopped
+    from outside. Its own teardown after a worker failed sends SIGTERM; passing on any other signal (SIGHUP when
+    the terminal closed, SIGINT) means the agent received that signal itself."""
     received = [
         c
         for c in candidates
-        if c.pattern is not None
-        and c.pattern.id == "torchrun-sigterm-teardown"
-        and (c.fields.get("received") or c.fields.get("signum") or c.fields.get("signal") in _FORWARDED_SIGNALS)
+        if (
+            c.pattern is not None
+            and c.pattern.id == "torchrun-sigterm-teardown"
+            and (c.fields.get("received") or c.fields.get("signum") or c.fields.get("signal") in _FORWARDED_SIGNALS)
+        )
+        or (c.from_traceback and c.phase == "launcher_signal")  # DeepSpeed's launcher in its signal handler
     ]
     # the agent's own traceback ending in SignalException, else its "Received N death signal" line (the same
     # exception only quoted in an error-file dump is not the better line)
@@ -468,7 +494,7 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
         ]
         if warns:
             return min(warns, key=lambda c: c.line).text
-    return _unglued(first.text, candidates) if first.from_traceback or first.pattern else None
+    return _unglued(first.text, candidates, first.pattern) if first.from_traceback or first.pattern else None
 
 
 # an exception line two processes wrote into each other: `torch.distributedtorch.distributed.DistBackendError.: ...`
@@ -523,8 +549,9 @@ _SHELL_PROMPT = regex.compile(r"\s+(?:\(\S+\)\s+)?[\w.-]+@[\w.-]+:\S*[$#]\s*$")
 
 
 # `\n` as two characters, as JSON writes a newline, followed by what starts a line or by the end of the JSON
-# string (`...failure\n", "pipe": "stderr"}`), not `C:\models\new_model`
-_ESCAPED_NEWLINE = regex.compile(r"(?<!\\)\\n(?=\s|\\n|[A-Z]|\")")
+# string (`...failure\n", "pipe": "stderr"}`) or a module's exception (`\nray.exceptions.RaySystemError:`), not
+# `C:\models\new_model`
+_ESCAPED_NEWLINE = regex.compile(r"(?<!\\)\\n(?=\s|\\n|[A-Z]|\"|(?:[a-z_]\w*\.)+\w*(?:Error|Exception):)")
 
 
 def _unflattened(text: str) -> str:
@@ -533,10 +560,15 @@ def _unflattened(text: str) -> str:
     return _SHELL_PROMPT.sub("", text[start.start() :]) if start else text
 
 
-def _unglued(text: str, candidates: list[Candidate]) -> str:
+def _unglued(text: str, candidates: list[Candidate], pattern: Pattern | None = None) -> str:
     # a message read from a JSON record (torchrun's error.json logged whole) keeps its newlines escaped: its first
-    # line is what the interpreter would have printed as the exception line
-    text = _ESCAPED_NEWLINE.split(_unflattened(_RAY_DEDUP.sub("", text.rstrip())), maxsplit=1)[0]
+    # line is what the interpreter would have printed as the exception line, unless the signature names a later one
+    # (a server logging a remote error as one quoted string: `"... failed:\nray.exceptions.RaySystemError: ..."`)
+    pieces = _ESCAPED_NEWLINE.split(_unflattened(_RAY_DEDUP.sub("", text.rstrip())))
+    text = pieces[0]
+    if pattern is not None and len(pieces) > 1 and pattern.compiled.search(text) is None:
+        named = next((piece for piece in pieces[1:] if pattern.compiled.search(piece)), text)
+        text = named.removesuffix('"') if named.count('"') % 2 else named
     text = _PROGRESS_BAR.sub("", text)
     if text.endswith("`") and text.count("`") % 2:  # the closing mark of a Markdown code span the paste kept
         text = text[:-1].rstrip()

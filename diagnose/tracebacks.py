@@ -143,11 +143,21 @@ def _innermost_own(frames: tuple[Frame, ...]) -> Frame:
 _WRITE_MODE = regex.compile(r"""["'][wax]b?\+?["']""")
 
 
+# a module-level registry in capitals indexed by a name (`DATASET_MAPPING[dataset_name]`, `MODEL_REGISTRY[arch]`)
+_REGISTRY_LOOKUP = regex.compile(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]*\[\s*\w+\s*\]")
+
+
 def output_phase(exc_type: str | None, source: str | None) -> str | None:
     """A missing directory while opening a file for writing (`open(path, "w")`): an output path the run
-    was configured with but nobody created."""
-    if source and exc_type and exc_type.rsplit(".", 1)[-1] in ("FileNotFoundError", "NotADirectoryError"):
+    was configured with but nobody created. A KeyError looking a name up in a registry: a name given in the
+    arguments or config that the project does not know."""
+    if not source or not exc_type:
+        return None
+    name = exc_type.rsplit(".", 1)[-1]
+    if name in ("FileNotFoundError", "NotADirectoryError"):
         return "output_path" if _WRITE_MODE.search(source) else None
+    if name == "KeyError" and _REGISTRY_LOOKUP.search(source):
+        return "arguments"
     return None
 
 
@@ -158,6 +168,28 @@ _FSDP_STATE_DICT_MODULES = ("fsdp/_optim_utils.py", "fsdp/_state_dict_utils.py")
 _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__.py"
 
 
+# DeepSpeed's launchers (runner.py, launch.py) stop every worker in this function, their SIGINT/SIGTERM handler
+_LAUNCHER_SIGNAL_HANDLER = "sigkill_handler"
+
+
+# torchrun's agent waiting for the other nodes' agents after its workers ended (the store may be gone by then)
+_AGENT_EXIT_BARRIER = ("_exit_barrier", "torch/distributed/elastic/agent/")
+
+
+def _launcher_teardown(frames: tuple[Frame, ...]) -> str | None:
+    """The launcher's own code failing while it stopped the workers, or while it waited for the other nodes once its
+    workers had ended, is aftermath. Entered from code outside the launcher (a `subprocess.wait` it was blocked in),
+    DeepSpeed's handler ran because a signal reached the launcher."""
+    func, module = _AGENT_EXIT_BARRIER
+    if any(f.func == func and module in f.path.replace("\\", "/") for f in frames):
+        return "launcher_teardown"
+    for caller, frame in zip((None, *frames), frames, strict=False):
+        if frame.func == _LAUNCHER_SIGNAL_HANDLER and "deepspeed/launcher/" in frame.path.replace("\\", "/"):
+            interrupted = caller is not None and "deepspeed/launcher/" not in caller.path.replace("\\", "/")
+            return "launcher_signal" if interrupted else "launcher_teardown"
+    return None
+
+
 def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init. `cut`: the
     traceback stops before its exception line, so its last frame shown is not where it was raised."""
@@ -165,6 +197,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     paths = " ".join(f.path for f in frames)
     if any(f.func == "__post_init__" and f.path.endswith(_ELASTIC_ERROR_FILE) for f in frames):
         return "launcher_error_file"
+    if teardown := _launcher_teardown(frames):
+        return teardown
     if frames and frames[-1].func == "_main" and frames[-1].path.endswith("multiprocessing/spawn.py"):
         return "child_start"  # a spawned child reading its start-up data from a parent that went away
     if not cut and frames and frames[-1].func == "<module>" and _INSTALLED.search(frames[-1].path):
@@ -526,9 +560,12 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     first = line_no
     above = _LinesAbove(data, start)
     offset = 0
+    source: str | None = None  # the innermost frame's code line: the last one above the exception, carets aside
     while (line := above.get(offset)) is not None:
         offset += 1
         line_prefix, text = line
+        if not frames and text[:1].isspace() and not text.strip().startswith(("^", "~")):
+            source = source or text.strip()
         if not text.strip():
             if _under_frame(above, offset, prefix):
                 continue  # a paste that doubled every line break
@@ -547,7 +584,7 @@ def frames_above(data: bytes, start: int, line_no: int, prefix: Prefix) -> Trace
     if not frames:
         return None
     exception = _line_text(data, start)
-    return Traceback(first, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception))
+    return Traceback(first, line_no, prefix, tuple(reversed(frames)), exception, _exception_type(exception), source)
 
 
 _CHAIN_PEEK = 4096  # bytes read under an exception line for the chain marker

@@ -53,3 +53,24 @@ def test_slurm_scenario_runs_again(tmp_path):
         expected["rank"],
         expected["exception"],
     )
+
+
+@pytest.mark.skipif(not _has_torch(), reason="needs torch")
+def test_independent_generator_runs_again_on_cpu(tmp_path):
+    """The second generator (written without reading the analyzer) still fails as its shipped CPU run did: two
+    simulated nodes, rank 0 with a stale model config."""
+    scenario = "stale-node-config"
+    env = {
+        **os.environ,
+        "RESULTS": str(tmp_path),
+        "PROFILE": "cpu",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    done = subprocess.run(
+        ["bash", str(MAKE / "gpu2" / "run_all.sh"), scenario], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = tomllib.loads((ROOT / "sample_logs" / f"cpu2-{scenario}" / "expected.toml").read_text())["expected"]
+    verdict = analyze([str(tmp_path / f"gpu2-{scenario}")]).verdict
+    assert (verdict.category, verdict.rank) == (expected["category"], expected["rank"])
+    assert verdict.exception is not None and verdict.exception.startswith("RuntimeError: shape '[4, ")
