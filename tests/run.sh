@@ -17,6 +17,10 @@ fi
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   .venv/bin/python -m pip install -q 'torch==2.13.0'
 fi
+# sample_logs/_make/gpu2 writes its synthetic data with numpy (also in the `gen` extra); one scenario is re-run on CPU.
+if ! .venv/bin/python -c 'import numpy' 2>/dev/null; then
+  .venv/bin/python -m pip install -q numpy
+fi
 
 can_admin() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; }
 if ! command -v shellcheck >/dev/null 2>&1 && can_admin; then  # rendered sbatch scripts are shellchecked
