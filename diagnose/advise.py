@@ -176,7 +176,7 @@ RUN_CONFIG_KEYS = (
 )
 
 
-_WORLD_SIZE_FIELDS = ("world_size", "world_size2", "world_size3", "world_size4", "world_size5", "world")
+_WORLD_SIZE_FIELDS = ("world_size", "world_size2", "world_size3", "world_size4", "world_size5", "world_size6", "world")
 
 
 def announced_world_size(candidates: list[Candidate], config: dict[str, str]) -> int:

@@ -84,6 +84,15 @@ def _time_by_rank(events: pl.DataFrame) -> dict[tuple[int | None, int], datetime
     return times
 
 
+def _raised_catch_all(pattern: Pattern) -> bool:
+    """A last-resort context signature that names a category (the GPU, memory, the communicator) in an error."""
+    return (
+        pattern.priority < GENERIC_PRIORITY
+        and pattern.severity in ("error", "critical")
+        and pattern.category != "unknown"
+    )
+
+
 def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list[Candidate]:
     best = best_pattern_per_line(events, patterns)
     rank_time = _time_by_rank(events)
@@ -122,17 +131,18 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
         source = {**row, "fields": matched["fields"] if matched is not None else None, "line": line}
         if source["grank"] is None and matched is not None:
             source["grank"] = matched["grank"]  # the exception line itself named the rank (`[Rank 1] ...`)
-        candidates.append(
-            make(
-                source,
-                pattern,
-                row["exception"],
-                code_file=row["code_file"],
-                code_line=row["code_line"],
-                from_traceback=True,
-                phase=json.loads(row["fields"] or "{}").get("phase") or None,
-            )
+        raised = make(
+            source,
+            pattern,
+            row["exception"],
+            code_file=row["code_file"],
+            code_line=row["code_line"],
+            from_traceback=True,
+            phase=json.loads(row["fields"] or "{}").get("phase") or None,
         )
+        if pattern is not None and pattern.role == "context" and _raised_catch_all(pattern):
+            raised.role = "root"  # a raised exception whose words only a catch-all knows is still the failure
+        candidates.append(raised)
     inside = _traceback_bodies(events)
     for key, row in best.items():
         # a source line quoted inside a traceback (`raise RuntimeError(f"NCCL error: ...")`) is code, not a log line

@@ -9,6 +9,7 @@ went silent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from diagnose.candidates import WATCHDOG_ABORT, Candidate
@@ -55,10 +56,14 @@ def ranks_that_left(
     return (seen - active - launcher_failed) | (set(range(world)) - seen - launcher_failed)
 
 
-def _group_members(timeouts: list[Candidate], victims: set[int]) -> set[int]:
+def _group_members(timeouts: list[Candidate], victims: set[int], waited: Sequence[Candidate] = ()) -> set[int]:
     """The ranks 0..N-1 of a collective whose sizes show N: an all-gather's output is its input times the group
     size, a reduce-scatter's input its output times it. Only when the ranks that timed out fit in 0..N-1 (the
-    default group, or a group of the first N ranks); a group of other ranks cannot be told from its size."""
+    default group, or a group of the first N ranks); a group of other ranks cannot be told from its size. A wait
+    line that lists the collective's members (XLA's `global_devices=[0,1]`) names them outright."""
+    listed = {int(r) for c in waited for r in c.fields.get("members", "").split(",") if r.strip().isdigit()}
+    if listed and victims <= listed:
+        return listed
     sizes = set()
     for c in timeouts:
         op, given, made = c.fields.get("op", ""), _int(c.fields.get("numel_in")), _int(c.fields.get("numel_out"))
@@ -171,7 +176,7 @@ def analyze_hang(
         # SeqNums of one process group that the ranks printed themselves outweigh the silence of ranks a paste
         # may simply have left out
         suspects, reason = behind, _LOWER_SEQ
-    elif len(victims) == 1 and len(others := _group_members(timeouts, victims) - victims - active) == 1:
+    elif len(victims) == 1 and len(others := _group_members(timeouts, victims, waited) - victims - active) == 1:
         # one rank's output alone says nothing about the others, unless its collective had one other member
         suspects, reason = others, "the only other rank of the collective the one logged rank waited in"
     elif silent and len(victims) > 1 and _whole_world(expected):

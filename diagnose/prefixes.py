@@ -58,8 +58,11 @@ _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]
 # mpirun --tag-output `[1,3]<stderr>:`, horovodrun's `[3]<stderr>:` and SageMaker's `[1,mpirank:3,algo-1]<stderr>:`
 # (jobid, rank, host)
 _MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
-# a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`
-_STAMP = regex.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]? ")
+# a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`; a wide gap
+# after it is a column (CloudWatch's export pads to one), not the indent of a traceback line
+_STAMP = regex.compile(
+    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]?(?: {10,}| )"
+)
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 # Ray's C++ log lines: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: msg`
 _RAY_CPP = regex.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ([DIWEF]) \d+ \d+\] [\w./-]+:\d+: ")

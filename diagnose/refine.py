@@ -237,11 +237,15 @@ def refine_crash_after_nccl_failure(candidates: list[Candidate]) -> None:
 _SOURCE_TELLS = regex.compile(r"\s*(?:AssertionError\s*$|KeyError:|ZeroDivisionError:|SyntaxError:)")
 
 
+_LAUNCHER_REPORT = "launcher_report"
+
+
 def refine_bare_asserts(candidates: list[Candidate]) -> None:
     """A bare `AssertionError` says nothing; the asserted source line just above it in the traceback
     does (`assert steps % world_size == 0`). A context signature on that line lends its category. So does the
     line a generic KeyError or ZeroDivisionError was raised on (`example["images"]`, `rank % num_gpus`), and the
-    file a SyntaxError names (`dist_train.sh`: a shell script run with Python)."""
+    file a SyntaxError names (`dist_train.sh`: a shell script run with Python). A parent asserting a worker's exit
+    code only reports that worker's failure."""
     sources = {(c.file, c.line): c for c in candidates if c.role == "context" and c.pattern is not None}
     for c in candidates:
         # not only rebuilt tracebacks: a paste that starts mid-traceback still quotes the source line above
@@ -251,6 +255,8 @@ def refine_bare_asserts(candidates: list[Candidate]) -> None:
         if source is not None and source.pattern is not None and source.category != c.category:
             c.pattern, c.category, c.subcategory = source.pattern, source.category, source.subcategory
             c.priority, c.fields = source.pattern.priority, source.fields
+            if source.subcategory == _LAUNCHER_REPORT:  # `assert 0 == p.exitcode`: a parent reporting a worker
+                c.role = "symptom"
 
 
 _IB_DEVICE_SKIPPED = regex.compile(r"Call to ibv_open_device failed|NET/IB : Unable to open device")

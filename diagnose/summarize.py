@@ -560,6 +560,10 @@ def _unflattened(text: str) -> str:
     return _SHELL_PROMPT.sub("", text[start.start() :]) if start else text
 
 
+# the first cells of a text table row (Triton's model status table: `| tensorrt_llm | 1 | UNAVAILABLE: ...`)
+_TABLE_CELLS = regex.compile(r"\|(?: [^|]{1,60}? +\|){1,4} +(?=\S)")
+
+
 def _unglued(text: str, candidates: list[Candidate], pattern: Pattern | None = None) -> str:
     # a message read from a JSON record (torchrun's error.json logged whole) keeps its newlines escaped: its first
     # line is what the interpreter would have printed as the exception line, unless the signature names a later one
@@ -570,6 +574,8 @@ def _unglued(text: str, candidates: list[Candidate], pattern: Pattern | None = N
         named = next((piece for piece in pieces[1:] if pattern.compiled.search(piece)), text)
         text = named.removesuffix('"') if named.count('"') % 2 else named
     text = _PROGRESS_BAR.sub("", text)
+    if (cells := _TABLE_CELLS.match(text)) is not None:  # the status cell holds the message
+        text = text[cells.end() :].rstrip(" |")
     if text.endswith("`") and text.count("`") % 2:  # the closing mark of a Markdown code span the paste kept
         text = text[:-1].rstrip()
     whole = _GLUED_EXCEPTION_TYPE.sub("", text)
