@@ -281,7 +281,11 @@ def _cut_tail_traceback(file: LogFile, display: str, data: bytes, rows: list[dic
     return [_fill_traceback(_base_row(file, display, tb.start_line, prefix), text.strip(), tb, None)]
 
 
-_PROCESS_RANK_PATTERNS = {"duplicate-global-rank": "global_rank", "elastic-worker-ranks": "global_ranks"}
+_PROCESS_RANK_PATTERNS = {
+    "duplicate-global-rank": "global_rank",
+    "elastic-worker-ranks": "global_ranks",
+    "process-rank-announced": "global_rank",  # or its second form's global_rank2
+}
 
 
 def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
@@ -292,7 +296,8 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         key = _PROCESS_RANK_PATTERNS.get(row.get("pattern") or "")
         if key is not None:
-            value = json.loads(row["fields"]).get(key, "")
+            fields = json.loads(row["fields"])
+            value = fields.get(key) or fields.get(f"{key}2", "")
             named |= parse_ranks(value)
     if len(named) != 1 or any(
         r["rank"] is not None or r["local_rank"] is not None or r["task"] is not None

@@ -43,6 +43,8 @@ _NEAR_LINES = 20  # the WARN, its process's "-> N" return-code chain, then its t
 _PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-remote-error"})
 # a line that only calls itself an error: quoted when nothing else is, never a category of its own
 LAST_RESORT = "error-line"
+# lines a library prints while it still retries; the error it gives up with, when the paste has it, says more
+_RETRY_NOTICES = frozenset({"nccl-connect-retrying"})
 
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
@@ -209,8 +211,8 @@ def build_verdict(
     warned = [c for c in warned if cast(Pattern, c.pattern).id != LAST_RESORT]
     if warned:
         # Nothing raised and nothing timed out, but a library warned (NCCL_DEBUG output of a failed
-        # bootstrap): far more likely the cause than a healthy run.
-        first = _earliest(warned)
+        # bootstrap): far more likely the cause than a healthy run. A retry notice yields to the error after it.
+        first = _earliest([c for c in warned if cast(Pattern, c.pattern).id not in _RETRY_NOTICES] or warned)
         pattern = cast(Pattern, first.pattern)
         owner = _traceback_owner_after(first, events)
         return Verdict(
