@@ -74,7 +74,8 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
 
 
 # phases of a launcher's own code that only runs once workers are dying (tracebacks.phase_of)
-LAUNCHER_AFTERMATH = frozenset({"launcher_error_file", "launcher_signal", "launcher_teardown"})
+LAUNCHER_SIGNAL = "launcher_signal"  # the launcher's signal handler ran: a signal reached the launcher itself
+LAUNCHER_AFTERMATH = frozenset({"launcher_error_file", LAUNCHER_SIGNAL, "launcher_teardown"})
 
 
 def refine_launcher_error_file(candidates: list[Candidate]) -> None:

@@ -28,7 +28,7 @@ from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
 from diagnose.ranks import SRUN_TASK_REPORTS
 from diagnose.rankset import format_ranks
-from diagnose.refine import PHASE_CATEGORY
+from diagnose.refine import LAUNCHER_SIGNAL, PHASE_CATEGORY
 from diagnose.tracebacks import SIGNAL_NAMES
 
 MAX_EVIDENCE = 12
@@ -338,7 +338,7 @@ def _launcher_signalled(candidates: list[Candidate]) -> Candidate | None:
             and c.pattern.id == "torchrun-sigterm-teardown"
             and (c.fields.get("received") or c.fields.get("signum") or c.fields.get("signal") in _FORWARDED_SIGNALS)
         )
-        or (c.from_traceback and c.phase == "launcher_signal")  # DeepSpeed's launcher in its signal handler
+        or (c.from_traceback and c.phase == LAUNCHER_SIGNAL)  # DeepSpeed's launcher in its signal handler
     ]
     # the agent's own traceback ending in SignalException, else its "Received N death signal" line (the same
     # exception only quoted in an error-file dump is not the better line)
