@@ -12,6 +12,7 @@ from collections import Counter
 import regex
 
 from diagnose.candidates import GENERIC_PRIORITY, Candidate
+from diagnose.tracebacks import LAUNCHER_ERROR_FILE, LAUNCHER_SIGNAL, LAUNCHER_TEARDOWN
 
 PHASE_CATEGORY = {
     "checkpoint_load": "checkpoint",
@@ -74,8 +75,7 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
 
 
 # phases of a launcher's own code that only runs once workers are dying (tracebacks.phase_of)
-LAUNCHER_SIGNAL = "launcher_signal"  # the launcher's signal handler ran: a signal reached the launcher itself
-LAUNCHER_AFTERMATH = frozenset({"launcher_error_file", LAUNCHER_SIGNAL, "launcher_teardown"})
+_LAUNCHER_AFTERMATH = frozenset({LAUNCHER_ERROR_FILE, LAUNCHER_SIGNAL, LAUNCHER_TEARDOWN})
 
 
 def refine_launcher_error_file(candidates: list[Candidate]) -> None:
@@ -83,7 +83,7 @@ def refine_launcher_error_file(candidates: list[Candidate]) -> None:
     (the watchdog aborting the process) leaves it empty, and the agent's own traceback then ends in a JSON
     error: the launcher tripping over the aftermath, not a cause. So is DeepSpeed's launcher failing in the
     handler that stops its workers."""
-    aftermath = {c.signature for c in candidates if c.from_traceback and c.phase in LAUNCHER_AFTERMATH}
+    aftermath = {c.signature for c in candidates if c.from_traceback and c.phase in _LAUNCHER_AFTERMATH}
     for c in candidates:
         if c.signature in aftermath:
             c.role, c.category, c.subcategory = "symptom", "killed", "teardown"

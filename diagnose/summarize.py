@@ -28,8 +28,8 @@ from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
 from diagnose.ranks import SRUN_TASK_REPORTS
 from diagnose.rankset import format_ranks
-from diagnose.refine import LAUNCHER_SIGNAL, PHASE_CATEGORY
-from diagnose.tracebacks import SIGNAL_NAMES
+from diagnose.refine import PHASE_CATEGORY
+from diagnose.tracebacks import LAUNCHER_SIGNAL, SIGNAL_NAMES
 
 MAX_EVIDENCE = 12
 _ALARMING = ("critical", "error", "warning")

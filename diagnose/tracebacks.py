@@ -170,23 +170,27 @@ _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__
 
 # DeepSpeed's launchers (runner.py, launch.py) stop every worker in this function, their SIGINT/SIGTERM handler
 _LAUNCHER_SIGNAL_HANDLER = "sigkill_handler"
-
-
+_DEEPSPEED_LAUNCHER = "deepspeed/launcher/"
 # torchrun's agent waiting for the other nodes' agents after its workers ended (the store may be gone by then)
-_AGENT_EXIT_BARRIER = ("_exit_barrier", "torch/distributed/elastic/agent/")
+_AGENT_EXIT_BARRIER = "_exit_barrier"
+_ELASTIC_AGENT = "torch/distributed/elastic/agent/"
+# the phases of a launcher's own code that runs only once workers are dying (refine.py reads them as aftermath)
+LAUNCHER_SIGNAL = "launcher_signal"  # the launcher's signal handler ran: a signal reached the launcher itself
+LAUNCHER_TEARDOWN = "launcher_teardown"
+LAUNCHER_ERROR_FILE = "launcher_error_file"  # torchrun's agent reading a dying worker's error file
 
 
 def _launcher_teardown(frames: tuple[Frame, ...]) -> str | None:
     """The launcher's own code failing while it stopped the workers, or while it waited for the other nodes once its
     workers had ended, is aftermath. Entered from code outside the launcher (a `subprocess.wait` it was blocked in),
     DeepSpeed's handler ran because a signal reached the launcher."""
-    func, module = _AGENT_EXIT_BARRIER
-    if any(f.func == func and module in f.path.replace("\\", "/") for f in frames):
-        return "launcher_teardown"
-    for caller, frame in zip((None, *frames), frames, strict=False):
-        if frame.func == _LAUNCHER_SIGNAL_HANDLER and "deepspeed/launcher/" in frame.path.replace("\\", "/"):
-            interrupted = caller is not None and "deepspeed/launcher/" not in caller.path.replace("\\", "/")
-            return "launcher_signal" if interrupted else "launcher_teardown"
+    paths = [f.path.replace("\\", "/") for f in frames]
+    if any(f.func == _AGENT_EXIT_BARRIER and _ELASTIC_AGENT in path for f, path in zip(frames, paths, strict=True)):
+        return LAUNCHER_TEARDOWN
+    for i, (frame, path) in enumerate(zip(frames, paths, strict=True)):
+        if frame.func == _LAUNCHER_SIGNAL_HANDLER and _DEEPSPEED_LAUNCHER in path:
+            interrupted = i > 0 and _DEEPSPEED_LAUNCHER not in paths[i - 1]
+            return LAUNCHER_SIGNAL if interrupted else LAUNCHER_TEARDOWN
     return None
 
 
@@ -196,7 +200,7 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     funcs = {f.func for f in frames}
     paths = " ".join(f.path for f in frames)
     if any(f.func == "__post_init__" and f.path.endswith(_ELASTIC_ERROR_FILE) for f in frames):
-        return "launcher_error_file"
+        return LAUNCHER_ERROR_FILE
     if teardown := _launcher_teardown(frames):
         return teardown
     if frames and frames[-1].func == "_main" and frames[-1].path.endswith("multiprocessing/spawn.py"):
