@@ -194,13 +194,15 @@ def _traceback_bodies(events: pl.DataFrame) -> dict[str, list[tuple[int, int]]]:
 
 
 _IPYTHON_SOURCE = regex.compile(r"\s+(?:-*>\s*)?\d+\s{2,}\S")
+_UNINDENTED_RAISE = regex.compile(r"raise [A-Za-z_][\w.]*(?:\(|\s*$)")
 
 
 def _is_source_line(text: str) -> bool:
     """An indented `raise ...` is a traceback quoting source code, even when the Traceback header was cut off;
-    so is IPython's numbered listing (`    294     'Please set ...'`, `--> 295     raise ...`)."""
+    so is IPython's numbered listing (`    294     'Please set ...'`, `--> 295     raise ...`), and a
+    `raise Error(` at the start of a line, from a paste that lost the traceback's indentation."""
     if not text[:1].isspace() and not text.startswith("-"):
-        return False
+        return _UNINDENTED_RAISE.match(text) is not None
     return text.lstrip().startswith(("raise ", "return ")) or _IPYTHON_SOURCE.match(text) is not None
 
 

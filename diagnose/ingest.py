@@ -288,10 +288,14 @@ _PROCESS_RANK_PATTERNS = {
 }
 
 
+# SLURM's step daemon and srun write into the task's output file, but about the whole job (a cancel, a time limit)
+_JOB_LEVEL_WRITERS = ("slurmstepd", "srun: ")
+
+
 def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
     """A log with no rank prefixes whose start-up lines name exactly one global rank (Lightning's
     `GLOBAL_RANK: 1`, torchelastic's `global_ranks=[1]` for a one-worker agent) is that one process's output,
-    as a pod's or a task's log is: its unattributed lines are that rank's."""
+    as a pod's or a task's log is: its unattributed lines are that rank's, except SLURM's own lines."""
     named: set[int] = set()
     for row in rows:
         key = _PROCESS_RANK_PATTERNS.get(row.get("pattern") or "")
@@ -307,7 +311,7 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
         return
     (rank,) = named
     for row in rows:
-        if row["kind"] != "exit":
+        if row["kind"] != "exit" and not row["text"].lstrip().startswith(_JOB_LEVEL_WRITERS):
             row["rank"] = rank
 
 
