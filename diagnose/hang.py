@@ -18,6 +18,10 @@ _TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carryi
 _STATUS_PATTERN = "nccl-watchdog-work-status"
 WAIT_EVIDENCE = 30
 _LOWER_SEQ = "timed out on an earlier collective (lower SeqNum) than the others"
+_OVERFULL = (
+    "the store barrier counted as many workers as the world size or more and still timed out: no rank is missing; "
+    "keys an earlier (restarted) attempt left in the store threw the count off"
+)
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,17 @@ def analyze_hang(
         low = min(s for s in seqs.values() if s is not None)
         behind = {r for r, s in seqs.items() if s == low}
     lower_seq = bool(behind) and len(behind) < len(seqs)
-    if named:
+    # a store barrier that counted as many workers as the world has, or more, and still timed out waited for no
+    # one: keys left in the store by an earlier attempt pushed the count past the world size
+    overfull = any(
+        (joined := _int(c.fields.get("joined"))) is not None
+        and (world := _int(c.fields.get("world"))) is not None
+        and joined >= world
+        for c in waited
+    )
+    if overfull:
+        suspects, reason = set(), _OVERFULL
+    elif named:
         suspects, reason = (
             named,
             "named by the waiting ranks (a monitored barrier, an NCCL unique-id wait) as never arriving",

@@ -15,9 +15,10 @@ import regex
 _SRUN_LABEL = regex.compile(r"\s{0,6}(\d{1,6}): ")
 _RANK = regex.compile(r"\[rank(\d{1,7})\]: ?")
 _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
-# Ray's tags on forwarded output: a worker's `(Worker pid=1, ip=...)`, or Ray's own daemons (`(raylet)`, `(raylet,
-# ip=...)`, `(gcs_server)`) printing a worker that died while starting
-_RAY = regex.compile(r"\((?:(?:[A-Za-z_][\w.]*\s+)?pid=(\d+)|raylet|gcs_server)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
+# Ray's tags on forwarded output: a worker's `(Worker pid=1, ip=...)` (an actor's name may hold `/`:
+# `(model_worker/12 pid=1)`), or Ray's own daemons (`(raylet)`, `(raylet, ip=...)`, `(gcs_server)`) printing a
+# worker that died while starting
+_RAY = regex.compile(r"\((?:(?:[A-Za-z_][\w./]*\s+)?pid=(\d+)|raylet|gcs_server)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
 # vLLM's multiprocessing executor tags each worker's output with its rank: `(VllmWorker rank=3 pid=4665) `, or
 # in later versions its tensor-parallel index when that is the only parallelism: `(Worker_TP0 pid=3259) `
 _VLLM_WORKER = regex.compile(
@@ -102,7 +103,7 @@ class Prefix:
     host: str | None = None
     level: str | None = None
     time: str | None = None
-    pid: int | None = None  # from NCCL's `host:pid:tid [dev]` header: ties WARN lines to a process
+    pid: int | None = None  # from NCCL's `host:pid:tid [dev]` header or Ray's `(Worker pid=N)`: ties lines to a process
     device: int | None = None  # the CUDA device in that header: ties a process to a GPU's bus id
 
     @property
@@ -150,6 +151,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             rank = int(m.group(1) or m.group(2)) if rank is None else rank
         elif (m := _RAY.match(line, pos)) is not None:
             host = host or m.group(2)
+            if pid is None and m.group(1):
+                pid = int(m.group(1))  # the worker's process: its lines share the rank one of them names
         elif (m := _NEMO.match(line, pos)) is not None:
             level, time = m.group(1), m.group(2)
         elif (m := _GLOG.match(line, pos)) is not None:

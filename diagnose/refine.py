@@ -253,7 +253,8 @@ def refine_bare_asserts(candidates: list[Candidate]) -> None:
         if c.role != "root" or c.priority >= GENERIC_PRIORITY or not _SOURCE_TELLS.match(c.text):
             continue
         source = next((sources[(c.file, c.line - k)] for k in (1, 2, 3) if (c.file, c.line - k) in sources), None)
-        if source is not None and source.pattern is not None and source.category != c.category:
+        # (a wrapper line such as Ray's `RayTaskError(AssertionError)` is context too, but names no category)
+        if source is not None and source.pattern is not None and source.category not in (c.category, "unknown"):
             c.pattern, c.category, c.subcategory = source.pattern, source.category, source.subcategory
             c.priority, c.fields = source.pattern.priority, source.fields
             if source.subcategory == _LAUNCHER_REPORT:  # `assert 0 == p.exitcode`: a parent reporting a worker
