@@ -35,6 +35,7 @@ from diagnose.tracebacks import (
     parse_error_json,
     parse_failures,
     parse_first_process,
+    parse_mpi_abort,
     parse_traceback,
     phase_of,
 )
@@ -194,11 +195,18 @@ def _fill_traceback(row: dict[str, Any], text: str, tb: Traceback, exception_lin
     return row
 
 
+# structural anchors (scan.ANCHORS) where a launcher reports how processes exited
+_LAUNCHER_REPORTS = frozenset({"child-failed", "first-process", "mpi-abort"})
+
+
 def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) -> list[dict[str, Any]]:
     rows = []
     if "first-process" in hit.pattern_ids:
         first = parse_first_process(data, hit.start, hit.line_no, hit.prefix)
         records = [first] if first is not None else []
+    elif "mpi-abort" in hit.pattern_ids:
+        aborted = parse_mpi_abort(data, hit.start, hit.line_no, hit.prefix)
+        records = [aborted] if aborted is not None else []
     else:
         records = parse_failures(data, hit.start, hit.line_no, hit.prefix)
     for record in records:
@@ -383,7 +391,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
         rows.extend(_pattern_rows(file, display, hit, year))
         if "traceback" in hit.pattern_ids:
             rows.extend(_traceback_rows(file, display, data, hit))
-        summary = "child-failed" in hit.pattern_ids or "first-process" in hit.pattern_ids
+        summary = bool(_LAUNCHER_REPORTS & set(hit.pattern_ids))
         if summary and hit.line_no > parsed_until.get(hit.prefix.stream_key, 0):
             found = _exit_rows(file, display, data, hit, year)
             rows.extend(found)

@@ -148,7 +148,10 @@ def refine_wrapped_exceptions(candidates: list[Candidate]) -> None:
 _NEXT_TRACEBACK_LINES = 4  # a blank line, "During handling of the above exception ...", a blank line
 
 
-_EXCEPTION_LINE = regex.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b")
+# an exception line: a type named like one, or any class given with its module path (`triton.runtime.errors.OutOfResources:`)
+_EXCEPTION_LINE = regex.compile(
+    r"\s*(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b|(?:[a-z_]\w*\.)+[A-Z]\w*: )"
+)
 
 
 def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, int, str | None, int | None]]) -> None:

@@ -35,6 +35,8 @@ ANCHORS = {
     "child-failed": r"Root Cause \(first observed failure\)|ChildFailedError|rank *: \d+ \(local_rank: \d+\)",
     # mpirun / horovodrun naming the first process that exited non-zero (its name and code follow)
     "first-process": r"The first process to do so was:",
+    # Open MPI's report of a rank that called MPI_ABORT (its error code on the next line)
+    "mpi-abort": r"MPI_ABORT was invoked on rank \d+ in communicator",
 }
 
 MATCH_LIMIT = 4000  # real error lines are shorter; a runaway line must not make a regex backtrack for minutes

@@ -420,6 +420,28 @@ def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -
     return ExitRecord(line_no, rank, None, host, code, signal, None, True, end_line=number)
 
 
+_MPI_ABORT = regex.compile(
+    r"\s*MPI_ABORT was invoked on rank (?P<rank>\d+) in communicator .*?(?:with errorcode (?P<code>-?\d+))?\.?\s*"
+)
+_MPI_ERRORCODE = regex.compile(r"\s*with errorcode (?P<code>-?\d+)\.\s*")
+
+
+def parse_mpi_abort(data: bytes, start: int, line_no: int, prefix: Prefix) -> ExitRecord | None:
+    """Open MPI's `MPI_ABORT was invoked on rank 2 in communicator ...` / `with errorcode 1.`: that MPI rank
+    (the job's global rank) asked MPI to end the job with that code."""
+    rank = code = None
+    for number, _, text in _window(data, start, prefix, line_no):
+        if number - line_no > 1:
+            break
+        if number == line_no and (m := _MPI_ABORT.fullmatch(text)) is not None:
+            rank, code = int(m["rank"]), int(m["code"]) if m["code"] else None
+        elif code is None and (m := _MPI_ERRORCODE.fullmatch(text)) is not None:
+            code = int(m["code"])
+    if rank is None or code is None:
+        return None
+    return ExitRecord(line_no, rank, None, None, code, None, None, False, end_line=line_no + 1)
+
+
 def _lines_above(data: bytes, start: int, max_lines: int = WINDOW_LINES) -> Iterator[tuple[Prefix, str]]:
     """The lines before the one starting at `start`, nearest first, split into prefix and text."""
     head = data[max(0, start - BACK_BYTES) : start].decode("utf-8", "replace").split("\n")[:-1]
