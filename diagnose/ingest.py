@@ -309,7 +309,7 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
         key = _PROCESS_RANK_PATTERNS.get(row.get("pattern") or "")
         if key is not None:
             fields = json.loads(row["fields"])
-            value = fields.get(key) or fields.get(f"{key}2", "")
+            value = fields.get(key) or fields.get(f"{key}2") or fields.get(f"{key}3", "")
             named |= parse_ranks(value)
     if len(named) != 1 or any(
         r["rank"] is not None or r["local_rank"] is not None or r["task"] is not None

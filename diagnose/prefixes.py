@@ -38,13 +38,16 @@ _HOST_LOCAL = regex.compile(
 )  # accelerate --tee style `[gpu187:2]:` (host, local rank)
 _QUOTE = regex.compile(r"> ")
 # torchelastic printing error.json into the log: `      "message": "RuntimeError: ...",`
-_JSON_MESSAGE = regex.compile(r'\s*"message": "(?=[A-Za-z_][\w.]*(?:Error|Exception)\b)')
+# (or a YAML dump of the same record: `      message: 'AssertionError: ...'`)
+_JSON_MESSAGE = regex.compile(r'\s*(?:"message": "|message: \')(?=[A-Za-z_][\w.]*(?:Error|Exception)\b)')
 # Determined AI: `<>        [2021-12-07 10:42:15] 1d0cefc1 [rank=1] || msg`
 _DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank=(\d{1,7})\] \|\| ")
 # ...and as its web UI copies a trial's log: `[<timestamp or nothing>] [rank=0] msg`
 _DETERMINED_UI = regex.compile(r"\[[^\]]{0,40}\] \[rank=(\d{1,7})\] ")
 # Markdown bold a poster put around the line that matters (`[rank1]: **RuntimeError: ...**`)
 _BOLD = regex.compile(r"\*\*(?=[^\s*])")
+# ...or Markdown italics around the whole line (`_subprocess.CalledProcessError: ... SIGKILL: 9>._`)
+_ITALIC = regex.compile(r"_[A-Za-z][^_].*[^_\s]_")
 # pytest's report of an exception a test raised: `E` and seven spaces before each line of it (the traceback a
 # spawned process sent back included), so the lines keep their own indentation behind it
 _PYTEST = regex.compile(r"E(?: {7}|$)")
@@ -62,9 +65,11 @@ _MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`; a wide gap
 # after it is a column (CloudWatch's export pads to one), not the indent of a traceback line
 _STAMP = regex.compile(
-    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]?(?: {10,}| )"
+    r"\[?\d{4}([-/])\d\d\1\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]?(?: {10,}| )"
 )
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
+# the ROCm runtime's (CLR) log header: `:0:rocdevice.cpp            :2984: 13356666806077 us: [pid:1843  tid:0x7fb7] `
+_ROCM_CLR = regex.compile(r":\d:[\w.]+\s*:\d+\s*: \d+ us: (?:\[pid:(\d+)\s+tid:0x[0-9a-f]+\] )?")
 # Ray's C++ log lines: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: msg`
 _RAY_CPP = regex.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ([DIWEF]) \d+ \d+\] [\w./-]+:\d+: ")
 # mpirun --timestamp-output and other ctime() stamps: `Fri Aug 11 12:31:45 2023`, glued to the next prefix
@@ -206,6 +211,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0).strip()[:1]
         elif (m := _DMESG.match(line, pos)) is not None:
             pass
+        elif (m := _ROCM_CLR.match(line, pos)) is not None:
+            pid = pid if pid is not None or not m.group(1) else int(m.group(1))
         elif (m := _HOST.match(line, pos)) is not None and _looks_like_host(m.group(1)):
             host = host or m.group(1)
         else:
@@ -215,10 +222,12 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
     bold_end = text.rstrip().endswith("**") and not text.rstrip().endswith("***")
     if (m := _BOLD.match(text)) is not None and bold_end and len(text.rstrip()) > 4:
         text, pos = text[m.end() :].rstrip()[:-2], pos + m.end()
+    elif _ITALIC.fullmatch(text.rstrip()) is not None:
+        text, pos = text.rstrip()[1:-1], pos + 1
     if task is not None and text.startswith(("slurmstepd", "srun: ")):
         task = None  # srun routes its own and slurmstepd's messages through a task's label: not that task's output
     if (m := _JSON_MESSAGE.match(text)) is not None:
-        text = text[m.end() :].rstrip().removesuffix(",").removesuffix('"')
+        text = text[m.end() :].rstrip().removesuffix(",").removesuffix(text[m.end() - 1])
         pos = max(pos, 1)
     if pos == 0:
         return EMPTY, line

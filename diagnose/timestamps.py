@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import regex
 
 _ISO = regex.compile(
-    r"(?<!\d)(?P<y>20\d\d)-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
+    r"(?<!\d)(?P<y>20\d\d)(?P<sep>[-/])(?P<mo>\d\d)(?P=sep)(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
 )
 _GLOG = regex.compile(
     r"(?<![\w])[IWEF](?P<mo>1[0-2]|0[1-9]|[1-9])(?P<d>[0-3]\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d{1,9}))?"

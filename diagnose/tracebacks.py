@@ -118,7 +118,10 @@ _DATA_MODULE = regex.compile(r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:da
 
 # installed data libraries: Hugging Face datasets (its packaged builders live in subfolders), webdataset,
 # MosaicML streaming
-_DATA_LIBRARY = regex.compile(r"(?:site|dist)-packages/(?:datasets|webdataset|streaming)/")
+# (torch/multiprocessing/reductions.py rebuilds the tensors a DataLoader worker sent through shared memory)
+_DATA_LIBRARY = regex.compile(
+    r"(?:site|dist)-packages/(?:datasets|webdataset|streaming)/|torch/multiprocessing/reductions\.py"
+)
 
 
 def _is_data_module(path: str) -> bool:
