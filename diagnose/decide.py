@@ -313,6 +313,7 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
 
 
 _SIGNAL_NUMBERS = {name: number for number, name in SIGNAL_NAMES.items()}
+_SHELL_SIGNAL_BASE = 128
 
 
 def exit_rows(events: pl.DataFrame) -> list[Row]:
@@ -320,10 +321,14 @@ def exit_rows(events: pl.DataFrame) -> list[Row]:
     rows = list(events.filter(pl.col("kind") == "exit").iter_rows(named=True))
     summarised = {(r["grank"], r["exitcode"]) for r in rows}
     for row in events.filter(
-        (pl.col("kind") == "pattern") & pl.col("fields").str.contains('"exitcode"|"signum"|"exit_signal"')
+        (pl.col("kind") == "pattern")
+        & pl.col("fields").str.contains('"exitcode"|"signum"|"exit_signal"|"shell_status"')
     ).iter_rows(named=True):
         fields = json.loads(row["fields"])
         code = fields.get("exitcode") or (f"-{fields['signum']}" if fields.get("signum", "").isdigit() else "")
+        status = fields.get("shell_status", "")
+        if not code and status.isdigit():  # a shell's or launcher's status: 128 + N is death by signal N
+            code = f"-{int(status) - _SHELL_SIGNAL_BASE}" if int(status) > _SHELL_SIGNAL_BASE else status
         if not code and fields.get("exit_signal") in _SIGNAL_NUMBERS:  # a launcher naming the signal, not its number
             code = f"-{_SIGNAL_NUMBERS[fields['exit_signal']]}"
         if not code.lstrip("-").isdigit() or (row["grank"], int(code)) in summarised:

@@ -205,20 +205,21 @@ def refine_gdb_backtraces(candidates: list[Candidate]) -> None:
 
 
 _CRASH_PATTERNS = ("segfault", "sigfpe-crash")
-_LIBRARY_FRAME = "cuda-library-frame"
+_LIBRARY_FRAMES = frozenset({"cuda-library-frame", "openmpi-backtrace-cuda-frame"})
 _BACKTRACE_LINES = 20
 
 
 def refine_native_crashes(candidates: list[Candidate]) -> None:
-    """A signal crash whose native backtrace (printed right after it) runs through cuBLAS/cuDNN is a
-    failure of that CUDA library, not an anonymous kill."""
-    frames = [c for c in candidates if c.pattern is not None and c.pattern.id == _LIBRARY_FRAME]
+    """A signal crash whose native backtrace (printed right after it, or just before) runs through the CUDA
+    driver, cuBLAS or cuDNN is a failure of that CUDA library, not an anonymous kill."""
+    frames = [c for c in candidates if c.pattern is not None and c.pattern.id in _LIBRARY_FRAMES]
     if not frames:
         return
     for c in candidates:
         if c.pattern is None or c.pattern.id not in _CRASH_PATTERNS:
             continue
-        if any(_below(f, c, _BACKTRACE_LINES) for f in frames):
+        # (Open MPI prints the backtrace first and then the process's own "Caught signal" line)
+        if any(_below(f, c, _BACKTRACE_LINES) or _below(c, f, _BACKTRACE_LINES) for f in frames):
             c.category, c.subcategory = "cuda_error", "library_crash"
 
 

@@ -113,7 +113,9 @@ def _checks_arguments(frame: Frame) -> bool:
 
 
 # (`data_parallel.py` is torch's DataParallel wrapper, not data)
-_DATA_MODULE = regex.compile(r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:data|datasets?)(?:_(?!parallel)\w+)?\.py")
+_DATA_MODULE = regex.compile(
+    r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:data|datasets?)(?:_(?!parallel)\w+)?\.py|/[a-z]+_data\.py"
+)
 
 
 # installed data libraries: Hugging Face datasets (its packaged builders live in subfolders), webdataset,
@@ -166,6 +168,7 @@ def output_phase(exc_type: str | None, source: str | None) -> str | None:
 
 # FSDP's modules that only run to build or load a (sharded, full or optimizer) state dict
 _FSDP_STATE_DICT_MODULES = ("fsdp/_optim_utils.py", "fsdp/_state_dict_utils.py")
+_SHARD_CONSOLIDATION = frozenset({"consolidate_shard_weights", "gather_full_optim_state_dict"})
 
 # torchrun's agent reading the error file a worker wrote as it died (ProcessFailure.__post_init__)
 _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__.py"
@@ -229,8 +232,12 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         return "checkpoint_save"
     if any(f.func == "sharded_state_dict" for f in frames):  # Megatron's dist_checkpointing state of a module
         return "checkpoint_state"
+    if any(f.func in _SHARD_CONSOLIDATION for f in frames):  # fairscale FSDP rebuilding full weights from shards
+        return "checkpoint_state"
     if any(f.path.endswith(_FSDP_STATE_DICT_MODULES) for f in frames):  # FSDP gathering (optimizer) state dicts
         return "checkpoint_state"
+    if frames and frames[-1].func == "_get_env_or_raise":
+        return "arguments"  # env:// init reading MASTER_ADDR / RANK that no launcher set: how the job was started
     if any(f.func in _RENDEZVOUS or "torch/distributed/rendezvous.py" in f.path for f in frames):
         return "rendezvous"
     if frames and _checks_arguments(frames[-1]):
