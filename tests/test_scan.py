@@ -42,6 +42,18 @@ def test_fallback_finds_what_hyperscan_finds(sample, monkeypatch):
     assert _hits(scan.Scanner(PATTERNS), data) == fast and fast
 
 
+@pytest.mark.skipif(scan.hyperscan is None, reason="hyperscan not installed: only the fallback exists here")
+def test_hyperscan_drops_no_line_of_any_public_excerpt(monkeypatch):
+    """Hyperscan compiles every signature into one database, and one candidate signature (a `[ N] ` frame
+    regex) made it drop another's match on a line (found by the pattern examples' check). The same must never
+    happen on a real line: every line of every public excerpt is found as the per-line fallback finds it."""
+    data = b"\n".join(f.read_bytes() for f in sorted(SAMPLES.glob("public-*/pasted.log")))
+    fast = _hits(scan.Scanner(PATTERNS), data)
+    monkeypatch.setattr(scan, "hyperscan", None)
+    slow = _hits(scan.Scanner(PATTERNS), data)
+    assert len(slow) > 5_000 and not sorted(set(slow) - set(fast))[:5]
+
+
 @pytest.mark.skipif(scan.hyperscan is None, reason="hyperscan not installed: nothing is cached")
 def test_cached_prefilter_finds_what_a_fresh_compile_finds(tmp_path, monkeypatch):
     """The compiled prefilter is reused between runs; a cached copy (or a corrupt cache file) must never
