@@ -375,11 +375,31 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
         _explained_by(chosen, roots)
         or _kernel_assert(chosen, all_roots)
         or _why_worker_died(chosen, all_roots)
+        or _store_waited_for(chosen, all_roots)
         or chosen
     )
 
 
+_STORE_WAIT = regex.compile(r"waiting for clients\. \d+/\d+ clients joined")
+
+
+def _store_waited_for(chosen: Incident, roots: list[Incident]) -> Incident | None:
+    """The rendezvous store's server timing out "waiting for clients" waited for processes that never
+    connected; an error printed above it in the same output (without a clock, so the time window could not
+    order it) is what kept a client away: that process failed first."""
+    first = chosen.first
+    if first.pattern is None or first.pattern.id != _RENDEZVOUS_TIMEOUT or not _STORE_WAIT.search(first.text):
+        return None
+    above = [
+        i
+        for i in roots
+        if i is not chosen and i.first.file == first.file and i.first.line < first.line and i.first.ts is None
+    ]
+    return min(above, key=lambda i: i.first.line, default=None)
+
+
 _JOB_END = ("slurm-time-limit", "slurm-cancelled")
+_RENDEZVOUS_TIMEOUT = "rendezvous-timeout"
 
 
 def _before_job_end(window: list[Incident], roots: list[Incident]) -> list[Incident]:

@@ -126,6 +126,10 @@ _DATA_LIBRARY = regex.compile(
 )
 
 
+# a project's function that builds or loads its dataset (`build_dataset`, `load_train_data`, `get_shards`)
+_DATA_BUILDER = regex.compile(r"(?:build|load|get|make|create|prepare|read)_(?:\w+_)?(?:datasets?|data|shards?)")
+
+
 def _is_data_module(path: str) -> bool:
     """The innermost frame in a project's data package or data module (`llamafactory/data/aligner.py`,
     `train/dataset.py`): an error raised while reading or converting samples. Site-packages `datasets/`
@@ -249,6 +253,7 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         or _DATA_LIBRARY.search(paths) is not None
         or (frames and (_is_data_module(frames[-1].path) or _TOKENIZER_MODULE.search(frames[-1].path)))
         or _is_data_module(_innermost_own(frames).path if frames else "")
+        or any(_DATA_BUILDER.fullmatch(f.func) for f in frames)
     ):
         return "data_loading"
     if funcs & set(_BACKWARD) or "torch/autograd/" in paths:
