@@ -227,7 +227,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
     if task is not None and text.startswith(("slurmstepd", "srun: ")):
         task = None  # srun routes its own and slurmstepd's messages through a task's label: not that task's output
     if (m := _JSON_MESSAGE.match(text)) is not None:
-        text = text[m.end() :].rstrip().removesuffix(",").removesuffix(text[m.end() - 1])
+        quote = text[m.end() - 1]  # the quote that opened the value closes it
+        text = text[m.end() :].rstrip().removesuffix(",").removesuffix(quote)
         pos = max(pos, 1)
     if pos == 0:
         return EMPTY, line

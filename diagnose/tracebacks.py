@@ -410,7 +410,7 @@ _PROCESS_NAME = regex.compile(
     r"\s*Process name:\s*(?:\[\[\d+,\d+\],(?P<rank>\d+)\]|(?P<host>[\w.-]+)\[(?P<local>\d+)\])\s*"
 )
 _PROCESS_EXIT = regex.compile(r"\s*Exit code:\s*(?P<code>-?\d+)\s*")
-_SHELL_SIGNAL_BASE = 128  # a shell or launcher reports a process killed by signal N as exit code 128 + N
+SHELL_SIGNAL_BASE = 128  # a shell or launcher reports a process killed by signal N as exit code 128 + N
 
 
 def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -> ExitRecord | None:
@@ -431,7 +431,7 @@ def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -
             break
     if code is None or (rank is None and host is None):
         return None
-    signal = SIGNAL_NAMES.get(code - _SHELL_SIGNAL_BASE) if code > _SHELL_SIGNAL_BASE else None
+    signal = SIGNAL_NAMES.get(code - SHELL_SIGNAL_BASE) if code > SHELL_SIGNAL_BASE else None
     return ExitRecord(line_no, rank, None, host, code, signal, None, True, end_line=number)
 
 
