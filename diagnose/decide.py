@@ -379,6 +379,7 @@ def choose_root(incidents: list[Incident]) -> Incident | None:
     )
 
 
+_RENDEZVOUS_TIMEOUT = "rendezvous-timeout"
 _STORE_WAIT = regex.compile(r"waiting for clients\. \d+/\d+ clients joined")
 
 
@@ -398,7 +399,6 @@ def _store_waited_for(chosen: Incident, roots: list[Incident]) -> Incident | Non
 
 
 _JOB_END = ("slurm-time-limit", "slurm-cancelled")
-_RENDEZVOUS_TIMEOUT = "rendezvous-timeout"
 
 
 def _before_job_end(window: list[Incident], roots: list[Incident]) -> list[Incident]:

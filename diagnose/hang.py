@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from diagnose.candidates import WATCHDOG_ABORT, Candidate
+from diagnose.patterns import group_value
 
 _TIMEOUT_PATTERNS = {"nccl-watchdog-timeout", "gloo-timeout"}  # the ones carrying SeqNum / op / sizes
 _STATUS_PATTERN = "nccl-watchdog-work-status"
@@ -111,10 +112,8 @@ def analyze_hang(
             if c.fields.get("pg") is not None:
                 groups[c.rank] = c.fields["pg"]
             entry = per_rank.setdefault(c.rank, {"rank": c.rank})
-            entry["enqueued"] = _int(c.fields.get("enqueued") or c.fields.get("enqueued2") or c.fields.get("enqueued3"))
-            entry["completed"] = _int(
-                c.fields.get("completed") or c.fields.get("completed2") or c.fields.get("completed3")
-            )
+            entry["enqueued"] = _int(group_value(c.fields, "enqueued"))
+            entry["completed"] = _int(group_value(c.fields, "completed"))
     # Victims are the ranks that timed out. Only when no rank printed a timeout at all (a paste with just
     # a flight-recorder notice) do the other hang lines stand in: a notified rank may not even be in the
     # stuck collective, so it must not drown out a straggler found by the timeouts.

@@ -21,6 +21,7 @@ import polars as pl
 import regex
 
 from diagnose.discover import LogFile
+from diagnose.patterns import group_value
 from diagnose.prefixes import EMPTY, Prefix, split_prefix
 from diagnose.rankset import parse_ranks
 from diagnose.readers import encodable, read_log
@@ -104,7 +105,7 @@ _TEXT_RANK = regex.compile(r"\[(?:PG (?:ID )?(\d+)[^\]]*?)?Rank (\d{1,7})\]")
 
 def _field_rank(fields: dict[str, str], text: str) -> int | None:
     """A rank named in the message itself: a pattern's `rank` group, else c10d's `[Rank N]` / `[PG … Rank N]`."""
-    value = fields.get("rank") or fields.get("rank2")  # group names are unique: a second alternative uses rank2
+    value = group_value(fields, "rank")
     if value is not None and value.isdigit():
         return int(value)
     found = _TEXT_RANK.search(text)
@@ -292,7 +293,7 @@ def _cut_tail_traceback(file: LogFile, display: str, data: bytes, rows: list[dic
 _PROCESS_RANK_PATTERNS = {
     "duplicate-global-rank": "global_rank",
     "elastic-worker-ranks": "global_ranks",
-    "process-rank-announced": "global_rank",  # or its second form's global_rank2
+    "process-rank-announced": "global_rank",  # or a later form's global_rank2, global_rank3
 }
 
 
@@ -309,7 +310,7 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
         key = _PROCESS_RANK_PATTERNS.get(row.get("pattern") or "")
         if key is not None:
             fields = json.loads(row["fields"])
-            value = fields.get(key) or fields.get(f"{key}2") or fields.get(f"{key}3", "")
+            value = group_value(fields, key) or ""
             named |= parse_ranks(value)
     if len(named) != 1 or any(
         r["rank"] is not None or r["local_rank"] is not None or r["task"] is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +196,17 @@ def parse_pattern(data: dict[str, Any], path: str, validated: bool = False) -> P
 
 # a named group, `(?P<name>`: the prefilter strips them, the extracts check reads their names
 GROUP_NAME = regex.compile(r"\(\?P<([A-Za-z_]\w*)>")
+_SPELLINGS = 9  # `rank`, `rank2` ... `rank9`
+
+
+def group_value(fields: Mapping[str, str], name: str) -> str | None:
+    """A named group's value, or that of its numbered spellings (`rank2`, `rank3`): group names are unique in a
+    regex, so a pattern that captures the same thing in several alternatives numbers them."""
+    return next(
+        (fields[key] for key in (name, *(f"{name}{n}" for n in range(2, _SPELLINGS + 1))) if fields.get(key)), None
+    )
+
+
 _FORBIDDEN = ("(?=", "(?!", "(?<=", "(?<!", "\\1", "\\2", "(?>", "*+", "++", "?+", "|^", "(^", "(?:^", "$")
 
 

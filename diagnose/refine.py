@@ -90,17 +90,18 @@ def refine_launcher_error_file(candidates: list[Candidate]) -> None:
 
 
 _DETAIL_BELOW = 4  # a runtime's own account of an error, printed right under the exception line
+# a rendezvous store's own waits (c10d's `waitForInput ... timed out`): another process waiting, not a detail
+_STORE_WAITS = frozenset({"store-key-wait-timeout", "store-socket-wait-timeout", "store-based-barrier-timeout"})
 
 
 def refine_by_timeout_detail(candidates: list[Candidate]) -> None:
     """A generic device error raised while waiting on a collective, with the runtime's detail just under it saying
     the collective timed out (Ascend's `NPU error, error code is 107020` above CANN's "hccl ... task timeout"), is
     that timeout: a hang symptom, not a bug of its own."""
-    # (a rendezvous store's own wait, c10d's `waitForInput ... timed out`, is another process waiting, not a detail)
     timeouts = [
         c
         for c in candidates
-        if c.role == "symptom" and c.category == "hang" and not (c.pattern and c.pattern.id.startswith("store-"))
+        if c.role == "symptom" and c.category == "hang" and not (c.pattern and c.pattern.id in _STORE_WAITS)
     ]
     for c in candidates:
         if c.role != "root" or not c.from_traceback or c.priority >= GENERIC_PRIORITY:
