@@ -101,6 +101,9 @@ def _base_row(file: LogFile, display: str, line: int, prefix: Prefix) -> dict[st
 
 
 _TEXT_RANK = regex.compile(r"\[(?:PG (?:ID )?(\d+)[^\]]*?)?Rank (\d{1,7})\]")
+# torch's sentences about the writer's own state end "... on rank N." (FSDP's "Failed to clone() tensor with
+# name X on rank 1.", "NCCL communicator was aborted on rank 0.")
+_ON_RANK = regex.compile(r"\bon rank (\d{1,7})\.(?:\s|$)")
 
 
 def _field_rank(fields: dict[str, str], text: str) -> int | None:
@@ -109,7 +112,10 @@ def _field_rank(fields: dict[str, str], text: str) -> int | None:
     if value is not None and value.isdigit():
         return int(value)
     found = _TEXT_RANK.search(text)
-    if found is None or (found.group(1) not in (None, "0")):
+    if found is None:
+        sentence = _ON_RANK.search(text)
+        return int(sentence.group(1)) if sentence else None
+    if found.group(1) not in (None, "0"):
         return None  # a rank inside a sub-group (PG ID 13 ... Rank 0) is not the global rank
     return int(found.group(2))
 

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import polars as pl
+import regex
 
 from diagnose.rankset import parse_ranks
 
@@ -101,6 +102,52 @@ def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) ->
     return bool((named.get_column("task") == named.get_column("own")).all())
 
 
+# a process manager below srun: torchrun / torch.distributed.launch, mp.spawn, DeepSpeed's or accelerate's launcher
+# (a trainer's own `local_rank=0` is no sign: srun sets SLURM_LOCALID for it too)
+_LAUNCHER_BELOW = (
+    r"torch\.distributed\.(?:elastic|run|launch)\b|torchrun|torch\.multiprocessing|\bmp\.spawn\b"
+    r"|deepspeed\.launcher|\bdeepspeed\b.*\blaunch|accelerate(?:\.commands)?[ .]launch"
+)
+
+
+# the patterns of launchers that run below srun and print their own lines (their ids' common beginnings)
+_LAUNCHER_PATTERNS = r"^(?:torchrun-|elastic-|mp-spawn|deepspeed-launcher|deepspeed-killing|dist-launch)"
+_SRUN_END_GAP = 3  # an exception line, maybe a blank line or two, then srun's end line
+
+
+def _srun_alone_unlabelled(events: pl.DataFrame, census: Census) -> bool:
+    """Plain srun (no `--label`) starting the trainer itself: no line carries a task id, but srun's own end
+    lines (`srun: error: vm: task 1: Exited with exit code 1`) do, and SLURM_PROCID, the task id, is the rank
+    such a trainer takes. Any sign of a process manager below srun (a parsed local rank, a launcher's name) makes the
+    task a node instead, so the reading is only made when nothing of the kind was printed."""
+    if any(local is not None or rank is not None for _, local, rank in census):
+        return False
+    if events.filter(pl.col("local_rank").is_not_null() | pl.col("run_dir").is_not_null()).height:
+        return False
+    if events.filter(pl.col("pattern").str.contains(_LAUNCHER_PATTERNS)).height:
+        return False
+    if not events.get_column("text").str.contains(_SRUN_TASK_LINE).any():
+        return False
+    return not events.get_column("text").str.contains(_LAUNCHER_BELOW).any()
+
+
+def _srun_ends_under_tracebacks(frame: pl.DataFrame, census: Census) -> pl.DataFrame:
+    """Add `srun_task`: srun reports a task's end as soon as its process exits, which is right after the
+    traceback it printed last, so without `--label` an srun end line just under a traceback names that
+    traceback's task, and the task is the rank when srun starts the trainer itself. Kept apart from `grank`:
+    the task's own lines stay rankless, and srun's report alone does not make the task a failed rank (an
+    error every task met alike is no one rank's), so only the verdict's last resort reads it."""
+    tasks: list[int | None] = [None] * frame.height
+    if _srun_alone_unlabelled(frame, census):
+        tracebacks = frame.filter((pl.col("kind") == "traceback") & pl.col("exception_line").is_not_null())
+        ends = {(f, n) for f, n in tracebacks.select("file", "exception_line").iter_rows()}
+        for index, (file, line, text) in enumerate(frame.select("file", "line", "text").iter_rows()):
+            named = regex.match(_SRUN_TASK_LINE, text) if "srun: error: " in text else None
+            if named and any((file, line - gap) in ends for gap in range(1, _SRUN_END_GAP + 1)):
+                tasks[index] = int(named.group(1))
+    return frame.with_columns(pl.Series("srun_task", tasks, dtype=pl.Int64))
+
+
 def census_ranks(census: Census, mapping: RankMap) -> set[int]:
     """Global ranks of the writers seen in prefixes (or per-rank files), by the same rules as lines."""
     ranks = (
@@ -131,7 +178,7 @@ def resolve_ranks(
     frame = events.with_columns(
         pl.Series("grank", resolved, dtype=pl.Int64), pl.Series("rank_inferred", inferred, dtype=pl.Boolean)
     )
-    frame = _ranks_by_srun_task(frame, mapping)
+    frame = _srun_ends_under_tracebacks(_ranks_by_srun_task(frame, mapping), census)
     return _ranks_by_nccl_comm(_ranks_by_pid(frame)), mapping
 
 

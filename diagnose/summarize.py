@@ -68,6 +68,7 @@ def build_verdict(
             root.ranks
             or infer_rank_from_context(root, candidates)
             or _traceback_owner_after(first, events)
+            or _srun_task_after(root, events)
             or _rank_of_detail(first, candidates)
             or _rank_of_raised(first, candidates)
         )
@@ -393,6 +394,33 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     if row.get("pid") is not None and any(p != row["pid"] for p in between.to_list()):
         return sorted(owners) if owners == {row.get("device")} else []
     return sorted(owners)
+
+
+# failures to reach what every process needs at start (the rendezvous store): each task meets them alike
+_SHARED_STARTUP = frozenset({"rendezvous", "store"})
+
+
+def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
+    """Without `srun --label` no line of a traceback names its task, but srun reports a task's end as soon
+    as its process exits, which is right after the traceback it printed last: the first of srun's end lines
+    under the exception names the writer of an error printed once (srun's task lines carry a rank only when
+    srun starts the trainer itself: ranks.py). An error every task printed or met alike (a start-up error, an
+    unreachable rendezvous) stays rankless: srun's first report then only says which task gave up first."""
+    first = root.first
+    if not first.from_traceback or len({(c.file, c.line) for c in root.candidates}) > 1:
+        return []
+    if first.category in EVERY_PROCESS_FAILS or first.subcategory in _SHARED_STARTUP:
+        return []
+    near = events.filter(
+        (pl.col("file") == first.file) & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
+    )
+    ends = near.filter(pl.col("srun_task").is_not_null())
+    if ends.is_empty():
+        return []
+    end = ends.sort("line").row(0, named=True)
+    if near.filter((pl.col("kind") == "traceback") & (pl.col("line") < end["line"])).height:
+        return []
+    return [end["srun_task"]]
 
 
 def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:

@@ -87,7 +87,14 @@ _CHECKPOINT_LOAD = regex.compile(
     r"(?:load|check|read|resume)_(?:\w+_)?(?:checkpoint|ckpt|state_dict)|load_from_\w*state_dict|load_model_state"
     r"|load_(?:\w+_)?(?:pretrained|weights)\b|^load_state$|^set_rng_state_all$|^load_collected$"
 )
-_CHECKPOINT_SAVE = regex.compile(r"save_(?:\w+_)?checkpoint|^_?save_state_dict$|^save_state$")
+# saving, and pruning old checkpoints as part of a save (torchtitan's _purge_stale_checkpoints, keep_latest_k)
+_CHECKPOINT_SAVE = regex.compile(
+    r"save_(?:\w+_)?checkpoint|^_?save_state_dict$|^save_state$"
+    r"|(?:purge|remove|delete|rotate|clean_?up|prune)_(?:\w+_)?(?:checkpoints?|ckpts?)\b"
+)
+# a project's checkpoint module (torchtitan's components/checkpoint.py, checkpointing.py): its `save` is a save
+_CHECKPOINT_MODULE = regex.compile(r"(?:^|/)(?:checkpoint(?:ing|er|s)?|ckpt\w*)\.py$")
+_MODULE_SAVE = frozenset({"save", "_save", "async_save"})
 
 
 _ARGUMENT_CHECKS = ("validate_args", "parse_args", "_parse_args", "check_args", "validate_arguments")
@@ -230,6 +237,7 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     if any(
         _CHECKPOINT_SAVE.search(f.func)
         or (f.func == "save" and f.path.endswith("torch/serialization.py") and not data_cache)
+        or (f.func in _MODULE_SAVE and _CHECKPOINT_MODULE.search(f.path.replace("\\", "/")))
         or f.path.endswith("distributed/checkpoint/state_dict_saver.py")
         for f in frames
     ):
