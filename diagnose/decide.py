@@ -196,17 +196,18 @@ def _traceback_bodies(events: pl.DataFrame) -> dict[str, list[tuple[int, int]]]:
 _IPYTHON_SOURCE = regex.compile(r"\s+(?:-*>\s*)?\d+\s{2,}\S")
 # IPython's traceback header: the exception's type, padded, then the header; its message comes at the end
 _IPYTHON_HEADER = regex.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*\s{2,}Traceback \(most recent call last\)")
-_UNINDENTED_RAISE = regex.compile(r"raise [A-Za-z_][\w.]*(?:\(|\s*$)")
+_UNINDENTED_RAISE = regex.compile(r"raise [A-Za-z_][\w.]*(?:\(|\s*$)|assert .+, ")
 
 
 def _is_source_line(text: str) -> bool:
     """An indented `raise ...` is a traceback quoting source code, even when the Traceback header was cut off;
     so is IPython's numbered listing (`    294     'Please set ...'`, `--> 295     raise ...`), and a
-    `raise Error(` at the start of a line, from a paste that lost the traceback's indentation. IPython's header
-    line (`ValueError      Traceback (most recent call last)`) only announces the exception its last line prints."""
+    `raise Error(` or `assert cond, "message"` at the start of a line, from a paste that lost the traceback's
+    indentation. IPython's header line (`ValueError      Traceback (most recent call last)`) only announces the
+    exception its last line prints."""
     if not text[:1].isspace() and not text.startswith("-"):
         return _UNINDENTED_RAISE.match(text) is not None or _IPYTHON_HEADER.match(text) is not None
-    return text.lstrip().startswith(("raise ", "return ")) or _IPYTHON_SOURCE.match(text) is not None
+    return text.lstrip().startswith(("raise ", "return ", "assert ")) or _IPYTHON_SOURCE.match(text) is not None
 
 
 _RANK_START = "duplicate-global-rank"

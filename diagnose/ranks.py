@@ -108,8 +108,6 @@ _LAUNCHER_BELOW = (
     r"torch\.distributed\.(?:elastic|run|launch)\b|torchrun|torch\.multiprocessing|\bmp\.spawn\b"
     r"|deepspeed\.launcher|\bdeepspeed\b.*\blaunch|accelerate(?:\.commands)?[ .]launch"
 )
-
-
 # the patterns of launchers that run below srun and print their own lines (their ids' common beginnings)
 _LAUNCHER_PATTERNS = r"^(?:torchrun-|elastic-|mp-spawn|deepspeed-launcher|deepspeed-killing|dist-launch)"
 _SRUN_END_GAP = 3  # an exception line, maybe a blank line or two, then srun's end line
@@ -118,8 +116,8 @@ _SRUN_END_GAP = 3  # an exception line, maybe a blank line or two, then srun's e
 def _srun_alone_unlabelled(events: pl.DataFrame, census: Census) -> bool:
     """Plain srun (no `--label`) starting the trainer itself: no line carries a task id, but srun's own end
     lines (`srun: error: vm: task 1: Exited with exit code 1`) do, and SLURM_PROCID, the task id, is the rank
-    such a trainer takes. Any sign of a process manager below srun (a parsed local rank, a launcher's name) makes the
-    task a node instead, so the reading is only made when nothing of the kind was printed."""
+    such a trainer takes. Any sign of a process manager below srun (a parsed local rank, a launcher's name)
+    makes the task a node instead, so the reading is only made when nothing of the kind was printed."""
     if any(local is not None or rank is not None for _, local, rank in census):
         return False
     if events.filter(pl.col("local_rank").is_not_null() | pl.col("run_dir").is_not_null()).height:

@@ -407,7 +407,9 @@ def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
     srun starts the trainer itself: ranks.py). An error every task printed or met alike (a start-up error, an
     unreachable rendezvous) stays rankless: srun's first report then only says which task gave up first."""
     first = root.first
-    if not first.from_traceback or len({(c.file, c.line) for c in root.candidates}) > 1:
+    if "srun_task" not in events.columns or not first.from_traceback:
+        return []
+    if len({(c.file, c.line) for c in root.candidates}) > 1:
         return []
     if first.category in EVERY_PROCESS_FAILS or first.subcategory in _SHARED_STARTUP:
         return []
