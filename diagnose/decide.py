@@ -37,7 +37,7 @@ from diagnose.refine import (
     refine_skipped_ib_devices,
     refine_wrapped_exceptions,
 )
-from diagnose.tracebacks import SHELL_SIGNAL_BASE, SIGNAL_NAMES
+from diagnose.tracebacks import SIGNAL_NAMES, status_signal
 
 _HANG_PATTERNS = ("nccl-watchdog-timeout", "gloo-timeout")
 # Signals a launcher or scheduler sends to stop survivors; any other signal death is a rank's own failure.
@@ -331,7 +331,8 @@ def exit_rows(events: pl.DataFrame) -> list[Row]:
         code = fields.get("exitcode") or (f"-{fields['signum']}" if fields.get("signum", "").isdigit() else "")
         status = fields.get("shell_status", "")
         if not code and status.isdigit():  # a shell's or launcher's status: 128 + N is death by signal N
-            code = f"-{int(status) - SHELL_SIGNAL_BASE}" if int(status) > SHELL_SIGNAL_BASE else status
+            signum = status_signal(int(status))
+            code = f"-{signum}" if signum is not None else status
         if not code and fields.get("exit_signal") in _SIGNAL_NUMBERS:  # a launcher naming the signal, not its number
             code = f"-{_SIGNAL_NUMBERS[fields['exit_signal']]}"
         if not code.lstrip("-").isdigit() or (row["grank"], int(code)) in summarised:

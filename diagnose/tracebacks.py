@@ -180,6 +180,8 @@ def output_phase(exc_type: str | None, source: str | None) -> str | None:
 # FSDP's modules that only run to build or load a (sharded, full or optimizer) state dict
 _FSDP_STATE_DICT_MODULES = ("fsdp/_optim_utils.py", "fsdp/_state_dict_utils.py")
 _SHARD_CONSOLIDATION = frozenset({"consolidate_shard_weights", "gather_full_optim_state_dict"})
+# converting a sharded checkpoint offline (DeepSpeed's ds_to_universal / zero_to_fp32: extract_zero_shards_stage3)
+_SHARD_CONVERSION = regex.compile(r"(?:extract|convert|merge|consolidate)_(?:\w+_)?(?:shard|checkpoint|ckpt)")
 
 # torchrun's agent reading the error file a worker wrote as it died (ProcessFailure.__post_init__)
 _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__.py"
@@ -230,7 +232,7 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         _CHECKPOINT_LOAD.search(f.func)
         or "/safetensors/" in f.path
         or (f.func == "load" and f.path.endswith("torch/serialization.py") and not data_cache)
-        or f.path.endswith("distributed/checkpoint/state_dict_loader.py")
+        or f.path.endswith("checkpoint/state_dict_loader.py")  # torch.distributed(._shard).checkpoint
         for f in frames
     ):
         return "checkpoint_load"
@@ -238,13 +240,15 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         _CHECKPOINT_SAVE.search(f.func)
         or (f.func == "save" and f.path.endswith("torch/serialization.py") and not data_cache)
         or (f.func in _MODULE_SAVE and _CHECKPOINT_MODULE.search(f.path.replace("\\", "/")))
-        or f.path.endswith("distributed/checkpoint/state_dict_saver.py")
+        or f.path.endswith("checkpoint/state_dict_saver.py")
         for f in frames
     ):
         return "checkpoint_save"
     if any(f.func == "sharded_state_dict" for f in frames):  # Megatron's dist_checkpointing state of a module
         return "checkpoint_state"
     if any(f.func in _SHARD_CONSOLIDATION for f in frames):  # fairscale FSDP rebuilding full weights from shards
+        return "checkpoint_state"
+    if any(_SHARD_CONVERSION.search(f.func) for f in frames):
         return "checkpoint_state"
     if any(f.path.endswith(_FSDP_STATE_DICT_MODULES) for f in frames):  # FSDP gathering (optimizer) state dicts
         return "checkpoint_state"
@@ -419,6 +423,17 @@ _PROCESS_NAME = regex.compile(
 )
 _PROCESS_EXIT = regex.compile(r"\s*Exit code:\s*(?P<code>-?\d+)\s*")
 SHELL_SIGNAL_BASE = 128  # a shell or launcher reports a process killed by signal N as exit code 128 + N
+_MAX_SIGNAL = 64
+
+
+def status_signal(status: int) -> int | None:
+    """The signal an 8-bit exit status stands for: 128 + N from a shell, or 256 - N from a program that passed a
+    child's negative return code (-9) to exit() (Python's `sys.exit(-9)` exits 247)."""
+    if SHELL_SIGNAL_BASE < status <= SHELL_SIGNAL_BASE + _MAX_SIGNAL:
+        return status - SHELL_SIGNAL_BASE
+    if SHELL_SIGNAL_BASE + _MAX_SIGNAL < status < 2 * SHELL_SIGNAL_BASE:
+        return 2 * SHELL_SIGNAL_BASE - status
+    return None
 
 
 def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -> ExitRecord | None:
