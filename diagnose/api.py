@@ -98,7 +98,7 @@ def analyze(
         else set()
     )
     excerpt = job is None and _is_excerpt(found_files)
-    verdict = build_verdict(root, hang, candidates, events, left, excerpt=excerpt)
+    verdict = build_verdict(root, hang, candidates, events, left, excerpt=excerpt, expected=expected)
     if root is not None and verdict.rank is None and printed_world == 1:
         verdict = replace(verdict, rank=0, ranks=(0,))  # a job of one process: whatever failed, failed on rank 0
     world = printed_world or len(expected) or None

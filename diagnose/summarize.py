@@ -60,8 +60,9 @@ def build_verdict(
     events: pl.DataFrame,
     left: set[int] = frozenset(),
     excerpt: bool = False,
+    expected: set[int] = frozenset(),
 ) -> Verdict:
-    """`excerpt`: the input is one pasted file or stdin, not a job's log files."""
+    """`excerpt`: the input is one pasted file or stdin, not a job's log files. `expected`: the job's ranks."""
     if root is not None:
         first = root.first
         ranks = (
@@ -85,6 +86,9 @@ def build_verdict(
             ranks = _sole_failed_rank(events)
         rank = first.rank if first.rank is not None and not folded else (ranks[0] if ranks else None)
         where = f" on rank {rank}" if rank is not None else _local_only(first)
+        alike = every_rank_alike(root, expected)
+        if alike:
+            rank, where = None, f" on every rank ({format_ranks(root.ranks)})"
         host = first.host or next((c.host for c in root.candidates if c.host), None)
         title = _headline(first) + where
         if host:
@@ -92,7 +96,7 @@ def build_verdict(
         location = Location(first.code_file, first.code_line) if first.code_file and first.code_line else None
         if first.rank_inferred:
             title += " (global rank inferred from node index and local rank)"
-        confident = first.pattern is not None and first.pattern.priority >= 50 and rank is not None
+        confident = first.pattern is not None and first.pattern.priority >= 50 and (rank is not None or alike)
         confident = confident and not first.rank_inferred
         return Verdict(
             category=first.category,
@@ -683,3 +687,17 @@ def build_symptoms(candidates: list[Candidate], root: Incident | None) -> list[S
         ranks = tuple(sorted({c.rank for c in group if c.rank is not None}))
         out.append(Symptom(kind, ranks, len(group), group[0].text))
     return out
+
+
+_SAME_MOMENT_S = 1.0  # the clock's resolution in most logs: errors this close are simultaneous
+
+
+def every_rank_alike(root: Incident, expected: set[int]) -> bool:
+    """Every rank of the job raised the same error at the same moment (a start-up error, a bad checkpoint every
+    rank loads, an op every rank runs): no one rank is the root cause, so the verdict names the set, not a rank.
+    (Deaths by a signal are not errors the ranks raised: the launcher's first observed failure stays the rank.)"""
+    ranks = set(root.ranks)
+    if root.first.category == "killed" or len(ranks) < 2 or not expected or not expected <= ranks:
+        return False
+    times = [c.ts for c in root.candidates if c.ts is not None and c.rank is not None]
+    return not times or (max(times) - min(times)).total_seconds() <= _SAME_MOMENT_S
