@@ -189,7 +189,8 @@ _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__
 
 # DeepSpeed's launchers (runner.py, launch.py) stop every worker in this function, their SIGINT/SIGTERM handler
 _LAUNCHER_SIGNAL_HANDLER = "sigkill_handler"
-_DEEPSPEED_LAUNCHER = "deepspeed/launcher/"
+# DeepSpeed's launchers, and torch 1.x's torch.distributed.launch, which had the same handler
+_SIGNAL_HANDLING_LAUNCHERS = ("deepspeed/launcher/", "torch/distributed/launch.py")
 # torchrun's agent waiting for the other nodes' agents after its workers ended (the store may be gone by then)
 _AGENT_EXIT_BARRIER = "_exit_barrier"
 _ELASTIC_AGENT = "torch/distributed/elastic/agent/"
@@ -207,8 +208,9 @@ def _launcher_teardown(frames: tuple[Frame, ...]) -> str | None:
     if any(f.func == _AGENT_EXIT_BARRIER and _ELASTIC_AGENT in path for f, path in zip(frames, paths, strict=True)):
         return LAUNCHER_TEARDOWN
     for i, (frame, path) in enumerate(zip(frames, paths, strict=True)):
-        if frame.func == _LAUNCHER_SIGNAL_HANDLER and _DEEPSPEED_LAUNCHER in path:
-            interrupted = i > 0 and _DEEPSPEED_LAUNCHER not in paths[i - 1]
+        launcher = next((part for part in _SIGNAL_HANDLING_LAUNCHERS if part in path), None)
+        if frame.func == _LAUNCHER_SIGNAL_HANDLER and launcher is not None:
+            interrupted = i > 0 and launcher not in paths[i - 1]
             return LAUNCHER_SIGNAL if interrupted else LAUNCHER_TEARDOWN
     return None
 
