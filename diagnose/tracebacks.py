@@ -100,7 +100,7 @@ _MODULE_SAVE = frozenset({"save", "_save", "async_save"})
 _ARGUMENT_CHECKS = ("validate_args", "parse_args", "_parse_args", "check_args", "validate_arguments")
 _ARGUMENT_MODULES = ("arguments.py", "args.py")
 # the launcher's entry modules: an error raised in them, not deeper in the agent, is about the launch command
-_LAUNCHER_ENTRY = ("torch/distributed/run.py", "torch/distributed/launch.py")
+_LAUNCHER_ENTRY = ("torch/distributed/run.py", "torch/distributed/launch.py", "deepspeed/launcher/runner.py")
 # ...except the functions that run the workers and report their failure (the old launcher raises
 # CalledProcessError from its main)
 _LAUNCHER_DRIVERS = ("<module>", "main", "run", "launch", "wrapper")
@@ -426,6 +426,9 @@ _PROCESS_NAME = regex.compile(
 _PROCESS_EXIT = regex.compile(r"\s*Exit code:\s*(?P<code>-?\d+)\s*")
 SHELL_SIGNAL_BASE = 128  # a shell or launcher reports a process killed by signal N as exit code 128 + N
 _MAX_SIGNAL = 64
+# signals whose 256 - N status (a child's -N return code passed to exit()) is no plausible exit code of its own;
+# 255 (exit(-1), ssh's and mpirun's failure) is not read as SIGHUP
+_WRAPPED_SIGNALS = frozenset({6, 7, 9, 11, 15})
 
 
 def status_signal(status: int) -> int | None:
@@ -433,9 +436,8 @@ def status_signal(status: int) -> int | None:
     child's negative return code (-9) to exit() (Python's `sys.exit(-9)` exits 247)."""
     if SHELL_SIGNAL_BASE < status <= SHELL_SIGNAL_BASE + _MAX_SIGNAL:
         return status - SHELL_SIGNAL_BASE
-    if SHELL_SIGNAL_BASE + _MAX_SIGNAL < status < 2 * SHELL_SIGNAL_BASE:
-        return 2 * SHELL_SIGNAL_BASE - status
-    return None
+    wrapped = 2 * SHELL_SIGNAL_BASE - status
+    return wrapped if wrapped in _WRAPPED_SIGNALS else None
 
 
 def parse_first_process(data: bytes, start: int, line_no: int, prefix: Prefix) -> ExitRecord | None:
