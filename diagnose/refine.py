@@ -308,9 +308,28 @@ def refine_retried_lookups(candidates: list[Candidate]) -> None:
 def refine_launcher_reports(candidates: list[Candidate]) -> None:
     """Launchers' and srun's reports of a worker's failure, and uncaught C++ exceptions, read in context."""
     _refine_srun_teardown(candidates)
+    _refine_forced_group_kill(candidates)
     _refine_spawn_wrappers(candidates)
     _refine_cpp_exceptions(candidates)
     _refine_ray_task_wrappers(candidates)
+
+
+# a launcher that kills its whole process group, itself included, once a child failed (Lightning's observer)
+_GROUP_KILLERS = frozenset({"lightning-child-terminated"})
+_GROUP_KILL_LINES = 3  # the launcher's notice, then the shell's "Killed" for the launcher itself
+
+
+def _refine_forced_group_kill(candidates: list[Candidate]) -> None:
+    """The shell's "Killed" right after a launcher announced it is killing every process because a child failed is
+    that clean-up, not an outside kill: the child's own error is the cause."""
+    notices = [c for c in candidates if c.pattern is not None and c.pattern.id in _GROUP_KILLERS]
+    for c in candidates:
+        if (
+            c.pattern is not None
+            and c.pattern.id == "shell-killed"
+            and any(_below(c, n, _GROUP_KILL_LINES) for n in notices)
+        ):
+            c.role = "symptom"
 
 
 _RAY_TASK_WRAPPER = regex.compile(r"\s*(?:[\w.]+\.)?RayTaskError\((?P<inner>[\w.]+)\): ray::")
