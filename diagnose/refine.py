@@ -12,7 +12,7 @@ from collections import Counter
 import regex
 
 from diagnose.candidates import GENERIC_PRIORITY, Candidate
-from diagnose.tracebacks import LAUNCHER_ERROR_FILE, LAUNCHER_SIGNAL, LAUNCHER_TEARDOWN
+from diagnose.tracebacks import LAUNCHER_ERROR_FILE, LAUNCHER_SIGNAL, LAUNCHER_TEARDOWN, PEER_READ
 
 PHASE_CATEGORY = {
     "checkpoint_load": "checkpoint",
@@ -60,6 +60,18 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
             and (c.phase == "import" or not _PROGRAMMING_ERROR.match(c.text))
         ):
             c.category = refined[c.signature] = PHASE_CATEGORY[c.phase]
+    killed = any(c.category == "killed" for c in candidates if c.pattern is not None)
+    peers_gone = [
+        c
+        for c in candidates
+        if c.from_traceback and c.phase == PEER_READ and c.role == "root" and _START_DATA_CUT.match(c.text)
+    ]
+    if killed and peers_gone:
+        # a read from a multiprocessing connection ending because the other process is gone, when the logs show a
+        # process killed: a victim of that kill (a data server's step killed, its clients' EOFError)
+        for c in peers_gone:
+            c.role, c.category = "symptom", "killed"
+        _promote_first_srun_kill(candidates)
     for c in candidates:
         if c.from_traceback and c.phase == "child_start" and c.role == "root" and _START_DATA_CUT.match(c.text):
             # the child could not even read what its parent sent it: the parent died first (a MemoryError there
@@ -72,6 +84,23 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
     for c in candidates:  # the same line printed again without its traceback (a paste cut above it)
         if c.signature in refined and (c.priority < GENERIC_PRIORITY or c.category == "checkpoint"):
             c.category = refined[c.signature]
+
+
+_SRUN_KILLED, _SRUN_EXITED = "srun-task-killed", "srun-task-exit-code"
+
+
+def _promote_first_srun_kill(candidates: list[Candidate]) -> None:
+    """With the peers' errors read as victims and no other root left, srun's report of a task killed before any
+    task exited (`srun: error: vm: task 0: Killed`, then the others' exit codes) is the first failure."""
+    if any(c.role == "root" for c in candidates):
+        return
+    for kill in (c for c in candidates if c.pattern is not None and c.pattern.id == _SRUN_KILLED):
+        exits = [
+            c for c in candidates if c.pattern is not None and c.pattern.id == _SRUN_EXITED and c.file == kill.file
+        ]
+        if all(e.line > kill.line for e in exits):
+            kill.role = "root"
+            return
 
 
 # phases of a launcher's own code that only runs once workers are dying (tracebacks.phase_of)

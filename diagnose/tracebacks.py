@@ -215,6 +215,12 @@ def _launcher_teardown(frames: tuple[Frame, ...]) -> str | None:
     return None
 
 
+# multiprocessing's Connection (a queue's or a manager's pipe, a Listener/Client socket): its low-level reads
+_CONNECTION_MODULE = "multiprocessing/connection.py"
+_CONNECTION_IO = frozenset({"_recv", "_recv_bytes", "recv", "recv_bytes", "_send", "send", "_send_bytes"})
+PEER_READ = "peer_io"
+
+
 def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     """Which part of a training step raised: the seed guide asks OOM reports for it, NCCL for init. `cut`: the
     traceback stops before its exception line, so its last frame shown is not where it was raised."""
@@ -226,6 +232,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         return teardown
     if frames and frames[-1].func == "_main" and frames[-1].path.endswith("multiprocessing/spawn.py"):
         return "child_start"  # a spawned child reading its start-up data from a parent that went away
+    if frames and frames[-1].path.replace("\\", "/").endswith(_CONNECTION_MODULE) and frames[-1].func in _CONNECTION_IO:
+        return PEER_READ  # reading from a multiprocessing connection whose other end may be gone
     if not cut and frames and frames[-1].func == "<module>" and _INSTALLED.search(frames[-1].path):
         return "import"  # raised by an installed package's module-level code: while it was being imported
     # torch.save / torch.load called straight from a project's data module write or read a dataset cache
