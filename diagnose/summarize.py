@@ -293,6 +293,19 @@ def build_verdict(
             pattern=LAST_RESORT,
             explanation=cast(Pattern, first.pattern).explanation,
         )
+    blamed = _blamed_by_monitored_barrier(candidates)
+    if blamed is not None:
+        rank, report = blamed
+        return Verdict(
+            category="unknown",
+            title=f"rank {rank} failed first (another rank's monitoredBarrier names it) but its error is not in these logs",
+            rank=rank,
+            ranks=(rank,),
+            exception=report.text.strip(),
+            confidence="low",
+            pattern=cast(Pattern, report.pattern).id,
+            explanation=cast(Pattern, report.pattern).explanation,
+        )
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
     if excerpt:
@@ -402,6 +415,19 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
 
 # failures to reach what every process needs at start (the rendezvous store): each task meets them alike
 _SHARED_STARTUP = frozenset({"rendezvous", "store"})
+
+
+_BARRIER_BLAME = "monitored-barrier-peer-errors"
+
+
+def _blamed_by_monitored_barrier(candidates: list[Candidate]) -> tuple[int, Candidate] | None:
+    """A rank that reached monitoredBarrier but got errors from a peer names that peer ("Please check rank 0 logs
+    for faulty rank"): with nothing else failing in the logs, the peer named is where the failure is."""
+    reports = [c for c in candidates if c.pattern is not None and c.pattern.id == _BARRIER_BLAME]
+    faulty = {int(c.fields["faulty"]) for c in reports if c.fields.get("faulty", "").isdigit()}
+    if len(faulty) != 1:
+        return None
+    return faulty.pop(), min(reports, key=lambda c: (c.file, c.line))
 
 
 def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
