@@ -383,6 +383,14 @@ def _local_only(candidate: Candidate) -> str:
     return f" on local rank {local} of {node} (global rank not in the logs)"
 
 
+def _lines_below(first: Candidate, events: pl.DataFrame) -> pl.DataFrame:
+    """The events printed in the same file within _NEAR_LINES under a candidate: where its own process's next
+    words (its traceback, srun's report of its end) come."""
+    return events.filter(
+        (pl.col("file") == first.file) & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
+    )
+
+
 def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     """NCCL's WARN lines (NCCL failures, and its own CUDA out-of-memory) carry host, pid and device but no
     rank, and a kernel's assertion carries none; the traceback the same process prints right after them
@@ -391,9 +399,7 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     kernel_assert = first.pattern is not None and first.pattern.id == "device-side-assert"
     if first.from_traceback or ("WARN" not in first.text and not kernel_assert):
         return []
-    near = events.filter(
-        (pl.col("file") == first.file) & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
-    )
+    near = _lines_below(first, events)
     # a launcher's section header (`-- Process 3 terminated with the following error:`) means the traceback
     # below it is the launcher quoting a worker, which need not be the process that printed the WARN
     sections = near.filter((pl.col("kind") == "pattern") & pl.col("fields").str.contains('"section_rank"'))
@@ -443,9 +449,7 @@ def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
         return []
     if first.category in EVERY_PROCESS_FAILS or first.subcategory in _SHARED_STARTUP:
         return []
-    near = events.filter(
-        (pl.col("file") == first.file) & pl.col("line").is_between(first.line + 1, first.line + _NEAR_LINES)
-    )
+    near = _lines_below(first, events)
     ends = near.filter(pl.col("srun_task").is_not_null())
     if ends.is_empty():
         return []
