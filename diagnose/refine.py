@@ -341,6 +341,7 @@ def refine_launcher_reports(candidates: list[Candidate]) -> None:
     _refine_spawn_wrappers(candidates)
     _refine_cpp_exceptions(candidates)
     _refine_ray_task_wrappers(candidates)
+    _refine_dataloader_worker_relays(candidates)
 
 
 # a launcher that kills its whole process group, itself included, once a child failed (Lightning's observer)
@@ -367,7 +368,9 @@ _RAY_REMOTE_FRAMES = 80  # the remote task's traceback printed under Ray's wrapp
 
 def _refine_ray_task_wrappers(candidates: list[Candidate]) -> None:
     """`ray.get` re-raises a task's exception as `RayTaskError(X): ray::task() (pid=..)` with the task's own
-    traceback under it, ending in the original `X: message`. That line is the cause; the wrapper only relays it."""
+    traceback under it, ending in the original `X: message`. That line is the cause; the wrapper only relays it.
+    A driver's `ray.get` on a task that itself called `ray.get` nests the wrappers: the innermost names the task
+    that raised."""
     for wrapper in candidates:
         m = _RAY_TASK_WRAPPER.match(wrapper.text)
         if m is None or wrapper.role != "root":
@@ -375,11 +378,29 @@ def _refine_ray_task_wrappers(candidates: list[Candidate]) -> None:
         inner = m["inner"].rsplit(".", 1)[-1]
         if any(
             _below(c, wrapper, _RAY_REMOTE_FRAMES)
-            and c.role == "root"
-            and c.text.lstrip().split(":", 1)[0].rsplit(".", 1)[-1] == inner
+            and (c.role == "root" and c.text.lstrip().split(":", 1)[0].rsplit(".", 1)[-1] == inner or _nests(c, inner))
             for c in candidates
         ):
             wrapper.role = "symptom"
+
+
+def _nests(candidate: Candidate, inner: str) -> bool:
+    m = _RAY_TASK_WRAPPER.match(candidate.text)
+    return m is not None and m["inner"].rsplit(".", 1)[-1] == inner
+
+
+_WORKER_RELAY = "dataloader-worker-exception"
+_WORKER_TRACEBACK = 80  # the worker's "Original Traceback" printed under the relayed exception's line
+
+
+def _refine_dataloader_worker_relays(candidates: list[Candidate]) -> None:
+    """The DataLoader re-raises a worker's exception as `X: Caught X in DataLoader worker process N.` with the
+    worker's original traceback under it. That line says where it happened (loading data); the original message
+    under it, however specific (a tensor size in a collate function), is its detail, not a second failure."""
+    relays = [c for c in candidates if c.pattern is not None and c.pattern.id == _WORKER_RELAY and c.role == "root"]
+    for c in candidates:
+        if c.role == "root" and c.from_traceback and any(_below(c, r, _WORKER_TRACEBACK) for r in relays):
+            c.role = "symptom"
 
 
 def _refine_srun_teardown(candidates: list[Candidate]) -> None:

@@ -296,12 +296,16 @@ def build_verdict(
     blamed = _blamed_by_monitored_barrier(candidates)
     if blamed is not None:
         rank, report = blamed
+        late = _barrier_timed_out(candidates)  # a wait that ran out names a late rank, a broken one a failed rank
         return Verdict(
-            category="unknown",
-            title=f"rank {rank} failed first (another rank's monitoredBarrier names it) but its error is not in these logs",
+            category="hang" if late else "unknown",
+            subcategory="straggler" if late else None,
+            title=f"rank {rank} did not reach the monitored barrier in time (another rank's monitoredBarrier names it)"
+            if late
+            else f"rank {rank} failed first (another rank's monitoredBarrier names it) but its error is not in these logs",
             rank=rank,
             ranks=(rank,),
-            exception=report.text.strip(),
+            exception=None if late else report.text.strip(),
             confidence="low",
             pattern=cast(Pattern, report.pattern).id,
             explanation=cast(Pattern, report.pattern).explanation,
@@ -434,6 +438,15 @@ def _blamed_by_monitored_barrier(candidates: list[Candidate]) -> tuple[int, Cand
     if len(faulty) != 1:
         return None
     return faulty.pop(), min(reports, key=lambda c: (c.file, c.line))
+
+
+_BARRIER_WAIT_ENDED = {"gloo-timeout", "join-uneven-workload"}
+
+
+def _barrier_timed_out(candidates: list[Candidate]) -> bool:
+    """The barrier's errors were a wait running out (gloo's recv timeout, WeNet's join giving up on uneven data),
+    not a peer's connection breaking: the named rank was late, not dead."""
+    return any(c.pattern is not None and c.pattern.id in _BARRIER_WAIT_ENDED for c in candidates)
 
 
 def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:

@@ -159,8 +159,9 @@ def _innermost_own(frames: tuple[Frame, ...]) -> Frame:
 _WRITE_MODE = regex.compile(r"""["'][wax]b?\+?["']""")
 
 
-# a module-level registry in capitals indexed by a name (`DATASET_MAPPING[dataset_name]`, `MODEL_REGISTRY[arch]`)
-_REGISTRY_LOOKUP = regex.compile(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]*\[\s*\w+\s*\]")
+# a module-level registry in capitals indexed by a name (`DATASET_MAPPING[dataset_name]`, `MODEL_REGISTRY[arch]`),
+# or a class's private one (detectron2's `DatasetCatalog._REGISTERED[name]`)
+_REGISTRY_LOOKUP = regex.compile(r"\b(?:[A-Z][A-Z0-9]*_[A-Z0-9_]*|_[A-Z][A-Z0-9_]{3,})\[\s*\w+\s*\]")
 
 
 def output_phase(exc_type: str | None, source: str | None) -> str | None:
