@@ -176,14 +176,15 @@ def _pattern_rows(file: LogFile, display: str, hit: Hit, year: int) -> list[dict
     return rows
 
 
-# torch.distributed.checkpoint's CheckpointException names the rank after each traceback's header
+# torch.distributed.checkpoint's CheckpointException names the rank after each traceback's header: the rank whose
+# error it is, also where another rank printed it (`[rank0]: Traceback (most recent call last): (RANK 1)`)
 _HEADER_RANK = regex.compile(r"Traceback \(most recent call last\): \(RANK (\d{1,7})\)")
 
 
 def _traceback_rows(file: LogFile, display: str, data: bytes, hit: Hit) -> list[dict[str, Any]]:
     tb = parse_traceback(data, hit.start, hit.line_no, hit.prefix)
     row = _base_row(file, display, hit.line_no, tb.prefix)
-    if row["rank"] is None and (named := _HEADER_RANK.search(hit.text)) is not None:
+    if (named := _HEADER_RANK.search(hit.text)) is not None:
         row["rank"] = int(named.group(1))
     return [_fill_traceback(row, hit.text, tb, tb.exception_line)]
 

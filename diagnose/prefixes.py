@@ -248,6 +248,24 @@ _GLUE = regex.compile(
 )
 
 
+# a paste whose line breaks were lost, each line still starting with its srun label (`... opts) 10: torch.distributed.
+# DistBackendError: ...`): the label seen again and again inside one line marks where lines began
+_LABEL_INSIDE = regex.compile(r"(?<=\S) (\d{1,5}): ")
+_EXCEPTION_AHEAD = regex.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): ")
+_FLATTENED_LABELS = 3  # one label this often inside a line is a flattened paste, not a number in a message
+
+
+def _flattened_label_cuts(line: str) -> list[int]:
+    """Where an exception line began, in a line that is several srun-labelled lines run together."""
+    found = list(_LABEL_INSIDE.finditer(line))
+    if len(found) < _FLATTENED_LABELS:
+        return []
+    label = max({m[1] for m in found}, key=lambda v: sum(m[1] == v for m in found))
+    if sum(m[1] == label for m in found) < _FLATTENED_LABELS:
+        return []
+    return [m.start() + 1 for m in found if m[1] == label and _EXCEPTION_AHEAD.match(line, m.end())]
+
+
 def split_glued(line: str) -> list[tuple[int, str]]:
     """(offset, piece) for each writer's output in one physical line.
 
@@ -257,6 +275,7 @@ def split_glued(line: str) -> list[tuple[int, str]]:
     """
     own_prefix_end = len(line) - len(split_prefix(line)[1])
     cuts = [m.start() for m in _GLUE.finditer(line, own_prefix_end) if m.start() > 0 and line[m.start() - 1] != ":"]
+    cuts = sorted({*cuts, *_flattened_label_cuts(line)})
     if not cuts:
         return [(0, line)]
     bounds = [0, *cuts, len(line)]

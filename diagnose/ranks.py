@@ -110,7 +110,7 @@ _LAUNCHER_BELOW = (
 )
 # the patterns of launchers that run below srun and print their own lines (their ids' common beginnings)
 _LAUNCHER_PATTERNS = r"^(?:torchrun-|elastic-|mp-spawn|deepspeed-launcher|deepspeed-killing|dist-launch)"
-_SRUN_END_GAP = 3  # an exception line, maybe a blank line or two, then srun's end line
+_SRUN_END_GAP = 10  # an exception line, a few lines other tasks went on printing, then srun's end line
 
 
 def _srun_alone_unlabelled(events: pl.DataFrame, census: Census) -> bool:
@@ -139,10 +139,18 @@ def _srun_ends_under_tracebacks(frame: pl.DataFrame, census: Census) -> pl.DataF
     if _srun_alone_unlabelled(frame, census):
         tracebacks = frame.filter((pl.col("kind") == "traceback") & pl.col("exception_line").is_not_null())
         ends = {(f, n) for f, n in tracebacks.select("file", "exception_line").iter_rows()}
+        claimed: set[tuple[str, int]] = set()
         for index, (file, line, text) in enumerate(frame.select("file", "line", "text").iter_rows()):
             named = regex.match(_SRUN_TASK_LINE, text) if "srun: error: " in text else None
-            if named and any((file, line - gap) in ends for gap in range(1, _SRUN_END_GAP + 1)):
+            if named is None:
+                continue
+            # the nearest exception above, if no srun end line came between (that one was its process's end)
+            above = next(
+                ((file, line - gap) for gap in range(1, _SRUN_END_GAP + 1) if (file, line - gap) in ends), None
+            )
+            if above is not None and above not in claimed:
                 tasks[index] = int(named.group(1))
+            claimed.update((file, line - gap) for gap in range(1, _SRUN_END_GAP + 1))
     return frame.with_columns(pl.Series("srun_task", tasks, dtype=pl.Int64))
 
 

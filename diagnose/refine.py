@@ -342,6 +342,7 @@ def refine_launcher_reports(candidates: list[Candidate]) -> None:
     _refine_cpp_exceptions(candidates)
     _refine_ray_task_wrappers(candidates)
     _refine_dataloader_worker_relays(candidates)
+    _refine_checkpoint_exception_relays(candidates)
 
 
 # a launcher that kills its whole process group, itself included, once a child failed (Lightning's observer)
@@ -401,6 +402,20 @@ def _refine_dataloader_worker_relays(candidates: list[Candidate]) -> None:
     for c in candidates:
         if c.role == "root" and c.from_traceback and any(_below(c, r, _WORKER_TRACEBACK) for r in relays):
             c.role = "symptom"
+
+
+_DCP_RELAY = regex.compile(r"(?:[\w.]+\.)?CheckpointException: CheckpointException ranks:")
+_DCP_TRACEBACKS = 80  # the failed ranks' own tracebacks, each headed `Traceback (most recent call last): (RANK N)`
+
+
+def _refine_checkpoint_exception_relays(candidates: list[Candidate]) -> None:
+    """torch.distributed.checkpoint gathers every rank's failure into one `CheckpointException ranks:dict_keys([..])`
+    that all ranks raise, followed by each failed rank's own traceback: that error, however plain (an
+    AssertionError), is the cause and names its rank; the collective exception only relays it."""
+    relays = [c for c in candidates if c.role == "root" and _DCP_RELAY.match(c.text.lstrip())]
+    for relay in relays:
+        if any(c.role == "root" and c.from_traceback and _below(c, relay, _DCP_TRACEBACKS) for c in candidates):
+            relay.role = "symptom"
 
 
 def _refine_srun_teardown(candidates: list[Candidate]) -> None:

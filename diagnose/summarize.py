@@ -85,6 +85,8 @@ def build_verdict(
             # process's copy was kept: 20 of the 28 collectors' labels of such excerpts give none.
             ranks = _sole_failed_rank(events)
         rank = first.rank if first.rank is not None and not folded else (ranks[0] if ranks else None)
+        if first.category == "config" and _named_by_spawn_section(first, candidates):
+            rank = None  # spawn names the worker that died first; a bad setting stops every worker alike
         where = f" on rank {rank}" if rank is not None else _local_only(first)
         alike = every_rank_alike(root, expected)
         if alike:
@@ -494,6 +496,23 @@ def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:
 def _rank_of_raised(first: Candidate, candidates: list[Candidate]) -> list[int]:
     raised = _raised_above(first, candidates)
     return [raised.rank] if raised is not None and raised.rank is not None else []
+
+
+_SPAWN_SECTION = "mp-spawn-process-failed"
+
+
+def _named_by_spawn_section(first: Candidate, candidates: list[Candidate]) -> bool:
+    """The rank came from torch.multiprocessing.spawn's `-- Process N terminated with the following error:` header
+    above the traceback (the nearest such header in the file names the same process), not from the line itself."""
+    headers = [
+        c
+        for c in candidates
+        if c.pattern is not None and c.pattern.id == _SPAWN_SECTION and c.file == first.file and c.line < first.line
+    ]
+    if not headers:
+        return False
+    nearest = max(headers, key=lambda c: c.line)
+    return nearest.fields.get("section_rank") == str(first.rank)
 
 
 def _sole_exit(failed: list[dict[str, object]]) -> int | None:
