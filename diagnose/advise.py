@@ -184,9 +184,14 @@ def announced_world_size(candidates: list[Candidate], config: dict[str, str]) ->
     one that wrote a line, or a rank that left without a word, still count as expected."""
     sizes = [int(config["world_size"])] if config.get("world_size", "").isdigit() else []
     for c in candidates:
-        if c.role == "context":
+        if c.role == "context" and not _SOURCE_CALL.match(c.text):
             sizes += [int(v) for key in _WORLD_SIZE_FIELDS if (v := c.fields.get(key)) and v.isdigit()]
     return max(sizes, default=0)
+
+
+# a traceback's source line calling with the size as an argument (`    dist.init_process_group(..., world_size=1,
+# rank=1)`) is the code, not a process stating the size it runs with
+_SOURCE_CALL = regex.compile(r"\s+[\w.\[\]]+(?:\s*=\s*[\w.\[\]]+)?\(.*\bworld_size=")
 
 
 def run_config(candidates: list[Candidate]) -> dict[str, str]:

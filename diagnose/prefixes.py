@@ -18,7 +18,11 @@ _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 # Ray's tags on forwarded output: a worker's `(Worker pid=1, ip=...)` (an actor's name may hold `/`:
 # `(model_worker/12 pid=1)`), or Ray's own daemons (`(raylet)`, `(raylet, ip=...)`, `(gcs_server)`) printing a
 # worker that died while starting
-_RAY = regex.compile(r"\((?:(?:[A-Za-z_][\w./]*\s+)?pid=(\d+)|raylet|gcs_server)(?:,\s*ip=([0-9a-fA-F.:]+))?\)\s")
+# A worker group's actor may carry its rank in its name (NeMo-RL's `(MegatronPolicyWorker[rank=8] pid=1, ip=...)`).
+_RAY = regex.compile(
+    r"\((?:(?:[A-Za-z_][\w./]*(?:\[rank=(?P<rank>\d{1,6})\])?\s+)?pid=(?P<pid>\d+)|raylet|gcs_server)"
+    r"(?:,\s*ip=(?P<ip>[0-9a-fA-F.:]+))?\)\s"
+)
 # vLLM's multiprocessing executor tags each worker's output with its rank: `(VllmWorker rank=3 pid=4665) `, or
 # in later versions its tensor-parallel index when that is the only parallelism: `(Worker_TP0 pid=3259) `
 _VLLM_WORKER = regex.compile(
@@ -155,9 +159,11 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
         elif (m := _VLLM_WORKER.match(line, pos)) is not None:
             rank = int(m.group(1) or m.group(2)) if rank is None else rank
         elif (m := _RAY.match(line, pos)) is not None:
-            host = host or m.group(2)
-            if pid is None and m.group(1):
-                pid = int(m.group(1))  # the worker's process: its lines share the rank one of them names
+            host = host or m.group("ip")
+            if pid is None and m.group("pid"):
+                pid = int(m.group("pid"))  # the worker's process: its lines share the rank one of them names
+            if rank is None and m.group("rank"):
+                rank = int(m.group("rank"))
         elif (m := _NEMO.match(line, pos)) is not None:
             level, time = m.group(1), m.group(2)
         elif (m := _GLOG.match(line, pos)) is not None:

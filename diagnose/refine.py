@@ -343,6 +343,8 @@ def refine_launcher_reports(candidates: list[Candidate]) -> None:
     _refine_ray_task_wrappers(candidates)
     _refine_dataloader_worker_relays(candidates)
     _refine_checkpoint_exception_relays(candidates)
+    _refine_store_error_tails(candidates)
+    _refine_aborts_after_comm_failures(candidates)
 
 
 # a launcher that kills its whole process group, itself included, once a child failed (Lightning's observer)
@@ -416,6 +418,36 @@ def _refine_checkpoint_exception_relays(candidates: list[Candidate]) -> None:
     for relay in relays:
         if any(c.role == "root" and c.from_traceback and _below(c, relay, _DCP_TRACEBACKS) for c in candidates):
             relay.role = "symptom"
+
+
+_STORE_ERROR_HEAD = "nccl-unique-id-wait"
+_STORE_ERROR_TAIL = "store-get-failed-tail"
+_STORE_ERROR_FRAMES = 200  # the C++ frames of the store's error printed between the message's head and its tail
+
+
+def _refine_store_error_tails(candidates: list[Candidate]) -> None:
+    """The tail of ProcessGroupNCCL's ncclUniqueId message stands for the failure only where its head is not in the
+    logs (a paste that starts below it); under its head it is that message's last line."""
+    heads = [c for c in candidates if c.pattern is not None and c.pattern.id == _STORE_ERROR_HEAD]
+    tails = [c for c in candidates if c.pattern is not None and c.pattern.id == _STORE_ERROR_TAIL]
+    for c in tails:
+        if any(_below(c, h, _STORE_ERROR_FRAMES) or (h.file == c.file and h.line == c.line) for h in heads):
+            c.role = "symptom"
+
+
+_ABORT_NOTICES = frozenset({"process-aborted"})
+_TAKES_PROCESS_DOWN = frozenset({"hang", "nccl"})
+
+
+def _refine_aborts_after_comm_failures(candidates: list[Candidate]) -> None:
+    """ProcessGroupNCCL's watchdog aborts its process after a collective timeout or a communicator error, and
+    faulthandler then prints `Fatal Python error: Aborted`: with such a failure above it in the same file, the
+    abort is that teardown, not a failure of its own."""
+    comm = [c for c in candidates if c.category in _TAKES_PROCESS_DOWN and c.pattern is not None]
+    aborts = [c for c in candidates if c.pattern is not None and c.pattern.id in _ABORT_NOTICES and c.role == "root"]
+    for c in aborts:
+        if any(f.file == c.file and f.line < c.line for f in comm):
+            c.role = "symptom"
 
 
 def _refine_srun_teardown(candidates: list[Candidate]) -> None:

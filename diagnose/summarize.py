@@ -8,6 +8,7 @@ place.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from typing import cast
 
@@ -63,6 +64,21 @@ def build_verdict(
     expected: set[int] = frozenset(),
 ) -> Verdict:
     """`excerpt`: the input is one pasted file or stdin, not a job's log files. `expected`: the job's ranks."""
+    verdict = _decide_verdict(root, hang, candidates, events, left, excerpt, expected)
+    if verdict.exception and (bare := _RICH_LOCATION.sub("", verdict.exception)) != verdict.exception:
+        return replace(verdict, exception=bare)
+    return verdict
+
+
+def _decide_verdict(
+    root: Incident | None,
+    hang: HangAnalysis | None,
+    candidates: list[Candidate],
+    events: pl.DataFrame,
+    left: set[int],
+    excerpt: bool,
+    expected: set[int],
+) -> Verdict:
     if root is not None:
         first = root.first
         ranks = (
@@ -364,13 +380,22 @@ def _launcher_signalled(candidates: list[Candidate]) -> Candidate | None:
         )
         or (c.from_traceback and c.phase == LAUNCHER_SIGNAL)  # DeepSpeed's launcher in its signal handler
     ]
-    # the agent's own traceback ending in SignalException, else its "Received N death signal" line (the same
-    # exception only quoted in an error-file dump is not the better line)
+    # the agent's own traceback ending in SignalException, else its "Received N death signal" line, else the
+    # exception's line pasted without its frames (or quoted in an error-file dump)
     return min(
         received,
-        key=lambda c: (not (c.from_traceback and "SignalException" in c.text), c.file, c.line),
+        key=lambda c: (
+            not (c.from_traceback and "SignalException" in c.text),
+            "death signal" not in c.text,
+            _SIGNAL_EXCEPTION.match(c.text) is None,
+            c.file,
+            c.line,
+        ),
         default=None,
     )
+
+
+_SIGNAL_EXCEPTION = regex.compile(r"\s*(?:[\w.]+\.)?SignalException: ")
 
 
 def _signal_name(value: str) -> str:
@@ -550,6 +575,10 @@ def _raised_above(first: Candidate, candidates: list[Candidate]) -> Candidate | 
         and not _garbled(c.text)  # two processes' exception lines written into each other: quote the detail
     ]
     return min(raised, key=lambda c: c.line) if raised else None
+
+
+# rich's logging handler right-aligns the caller's `file.py:line` after the message (`... workers    api.py:729`)
+_RICH_LOCATION = regex.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
 
 
 def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
