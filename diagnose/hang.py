@@ -9,8 +9,10 @@ went silent.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from diagnose.candidates import WATCHDOG_ABORT, Candidate
 from diagnose.patterns import group_value
@@ -84,6 +86,26 @@ def _group_members(timeouts: list[Candidate], victims: set[int], waited: Sequenc
     return set(range(size)) if victims and max(victims) < size else set()
 
 
+def _timeout_each_rank_shares(timeouts: list[Candidate]) -> list[Candidate]:
+    """A rank's timeout lines, the one most other ranks also report first: a rank that printed two timeouts (a
+    second process group's, an earlier watchdog's `what():` echo) is read by the collective it shares with its
+    peers, not taken for a desync by whichever line came first."""
+    by_rank: dict[int, list[Candidate]] = {}
+    for c in timeouts:
+        if c.rank is not None:
+            by_rank.setdefault(c.rank, []).append(c)
+
+    def signature(c: Candidate) -> tuple[object, ...]:
+        return (c.fields.get("seq"), c.fields.get("op"))
+
+    shared = Counter(sig for lines in by_rank.values() for sig in {signature(c) for c in lines})
+    ordered: list[Candidate] = []
+    for lines in by_rank.values():
+        best = max(lines, key=lambda c: (shared[signature(c)], -lines.index(c)))
+        ordered += [best] + [c for c in lines if c is not best]
+    return ordered
+
+
 def analyze_hang(
     candidates: list[Candidate],
     expected: set[int],
@@ -99,10 +121,8 @@ def analyze_hang(
     if not waited:
         return None
     per_rank: dict[int, dict[str, object]] = {}
-    for c in timeouts:
-        if c.rank is None:
-            continue
-        entry = per_rank.setdefault(c.rank, {"rank": c.rank})
+    for c in _timeout_each_rank_shares(timeouts):
+        entry = per_rank.setdefault(cast(int, c.rank), {"rank": c.rank})
         for key in ("seq", "op", "numel_in", "timeout_ms", "ran_ms"):
             if c.fields.get(key) is not None:
                 entry.setdefault(key, c.fields[key])

@@ -691,11 +691,16 @@ def _unflattened(text: str) -> str:
 _TABLE_CELLS = regex.compile(r"\|(?: [^|]{1,60}? +\|){1,4} +(?=\S)")
 
 
+_REPR_OPENING = regex.compile(r"\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\(['\"]")
+
+
 def _unglued(text: str, candidates: list[Candidate], pattern: Pattern | None = None) -> str:
     # a message read from a JSON record (torchrun's error.json logged whole) keeps its newlines escaped: its first
     # line is what the interpreter would have printed as the exception line, unless the signature names a later one
     # (a server logging a remote error as one quoted string: `"... failed:\nray.exceptions.RaySystemError: ..."`)
-    pieces = _ESCAPED_NEWLINE.split(_unflattened(_RAY_DEDUP.sub("", text.rstrip())))
+    text = _unflattened(_RAY_DEDUP.sub("", text.rstrip()))
+    # (an exception's repr, `MisconfigurationException('... [0, 1]\n But ...`, is one printed line: kept whole)
+    pieces = [text] if _REPR_OPENING.match(text) else _ESCAPED_NEWLINE.split(text)
     text = pieces[0]
     if pattern is not None and len(pieces) > 1 and pattern.compiled.search(text) is None:
         named = next((piece for piece in pieces[1:] if pattern.compiled.search(piece)), text)

@@ -134,7 +134,10 @@ _DATA_LIBRARY = regex.compile(
 
 
 # a project's function that builds or loads its dataset (`build_dataset`, `load_train_data`, `get_shards`)
-_DATA_BUILDER = regex.compile(r"(?:build|load|get|make|create|prepare|read)_(?:\w+_)?(?:datasets?|data|shards?)")
+# (Alpaca-style scripts' `make_supervised_data_module` too)
+_DATA_BUILDER = regex.compile(
+    r"(?:build|load|get|make|create|prepare|read)_(?:\w+_)?(?:datasets?|data|shards?)(?:_(?:module|loaders?))?"
+)
 
 
 def _is_data_module(path: str) -> bool:
@@ -182,7 +185,7 @@ def output_phase(exc_type: str | None, source: str | None) -> str | None:
 _FSDP_STATE_DICT_MODULES = ("fsdp/_optim_utils.py", "fsdp/_state_dict_utils.py")
 _SHARD_CONSOLIDATION = frozenset({"consolidate_shard_weights", "gather_full_optim_state_dict"})
 # converting a sharded checkpoint offline (DeepSpeed's ds_to_universal / zero_to_fp32: extract_zero_shards_stage3)
-_SHARD_CONVERSION = regex.compile(r"(?:extract|convert|merge|consolidate)_(?:\w+_)?(?:shard|checkpoint|ckpt)")
+_SHARD_CONVERSION = regex.compile(r"(?:extract|convert|merge|consolidate)_(?:\w+_)?(?:shard|checkpoint|c(?:h)?kpt)")
 
 # torchrun's agent reading the error file a worker wrote as it died (ProcessFailure.__post_init__)
 _ELASTIC_ERROR_FILE = "torch/distributed/elastic/multiprocessing/errors/__init__.py"
