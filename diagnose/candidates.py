@@ -13,6 +13,9 @@ from diagnose.patterns import Pattern
 
 Row = dict[str, Any]
 _DIGITS = regex.compile(r"\d+")
+# what CUDA's out-of-memory message adds after the request (the GPU's free memory, every process using it) is the
+# device's state, which differs from rank to rank: the same failed request on several ranks is one incident
+_OOM_STATE = regex.compile(r"(?<=Tried to allocate [\d.]+ [KMGT]?i?B)\..*")
 GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
 # the subcategory of a SIGABRT exit that is a rank's own NCCL watchdog taking it down after a collective timed out
 WATCHDOG_ABORT = "watchdog_abort"
@@ -43,7 +46,10 @@ class Candidate:
 
     @property
     def signature(self) -> tuple[str, str]:
-        return (self.pattern.id if self.pattern else self.category, _DIGITS.sub("N", self.text)[:300])
+        return (
+            self.pattern.id if self.pattern else self.category,
+            _DIGITS.sub("N", _OOM_STATE.sub("", self.text))[:300],
+        )
 
 
 # failures every process meets alike before training starts (a bad argument, a missing module or script)

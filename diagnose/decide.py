@@ -27,6 +27,7 @@ from diagnose.refine import (
     refine_by_cut_traceback,
     refine_by_phase,
     refine_by_timeout_detail,
+    refine_chained_causes,
     refine_compile_wrappers,
     refine_crash_after_nccl_failure,
     refine_gdb_backtraces,
@@ -164,6 +165,7 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_compile_wrappers(candidates)
     refine_wrapped_exceptions(candidates)
     refine_by_cut_traceback(candidates, _cut_tracebacks(events))
+    refine_chained_causes(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
 
@@ -285,7 +287,22 @@ def _exit_candidates(events: pl.DataFrame, others: list[Candidate]) -> list[Cand
             rank in timed_out or any(f == row["file"] and line < row["line"] for f, line in timeouts)
         )
         consequence = (row["file"], row["line"]) in consequences
-        if signal not in TEARDOWN_SIGNALS and not late and not watchdog_abort and not consequence:
+        # an abort of a rank that torchrun did not see fail first, when its "Root Cause (first observed failure)" is
+        # another rank that exited with an error code at the same time or before: that rank's exit made this one's
+        # watchdog (or NCCL) abort it (a crash by SIGSEGV/SIGBUS/SIGKILL is read as a cause of its own)
+        after_root = (
+            signal == "SIGABRT"
+            and not row["torchrun_root"]
+            and any(
+                r["torchrun_root"]
+                and r["signal"] is None
+                and r["file"] == row["file"]
+                and r["grank"] != rank
+                and (r["ts"] is None or row["ts"] is None or r["ts"] <= row["ts"])
+                for r in rows
+            )
+        )
+        if signal not in TEARDOWN_SIGNALS and not late and not watchdog_abort and not consequence and not after_root:
             role = "root" if rank not in explained else "symptom"
         else:
             role = "symptom"

@@ -139,16 +139,19 @@ def _srun_ends_under_tracebacks(frame: pl.DataFrame, census: Census) -> pl.DataF
     if _srun_alone_unlabelled(frame, census):
         tracebacks = frame.filter((pl.col("kind") == "traceback") & pl.col("exception_line").is_not_null())
         ends = {(f, n) for f, n in tracebacks.select("file", "exception_line").iter_rows()}
+        # an exception line pasted without its frames ends its process's output the same way
+        bare = frame.filter((pl.col("kind") == "pattern") & pl.col("text").str.contains(EXCEPTION_LINE))
+        ends |= {(f, n) for f, n in bare.select("file", "line").iter_rows()}
         claimed: set[tuple[str, int]] = set()
         for index, (file, line, text) in enumerate(frame.select("file", "line", "text").iter_rows()):
-            named = regex.match(_SRUN_TASK_LINE, text) if "srun: error: " in text else None
-            if named is None:
+            if "srun: error: " not in text or regex.match(_SRUN_TASKS_LINE, text) is None:
                 continue
+            named = regex.match(_SRUN_TASK_LINE, text)  # one task (`tasks 2-7:` claims the line above, names none)
             # the nearest exception above, if no srun end line came between (that one was its process's end)
             above = next(
                 ((file, line - gap) for gap in range(1, _SRUN_END_GAP + 1) if (file, line - gap) in ends), None
             )
-            if above is not None and above not in claimed:
+            if above is not None and above not in claimed and named is not None:
                 tasks[index] = int(named.group(1))
             claimed.update((file, line - gap) for gap in range(1, _SRUN_END_GAP + 1))
     return frame.with_columns(pl.Series("srun_task", tasks, dtype=pl.Int64))
@@ -197,6 +200,9 @@ def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
     return frame.with_columns(pl.coalesce(pl.col("grank"), task).alias("grank"))
 
 
+# an exception's own line, `RuntimeError: CUDA out of memory. ...` (a module path allowed before the type)
+EXCEPTION_LINE = r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): "
+_SRUN_TASKS_LINE = r"srun: error: [^:\s]+: tasks? [\d,-]+: "
 _SRUN_TASK_LINE = r"srun: error: [^:\s]+: task (\d+): "  # one task named, whatever signature the line matched
 SRUN_TASK_REPORTS = frozenset(
     {"srun-task-exit-code", "srun-task-killed", "srun-task-crashed"}

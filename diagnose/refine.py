@@ -189,6 +189,31 @@ _EXCEPTION_LINE = regex.compile(
 )
 
 
+_CHAINED_TRACEBACK = 80  # the chained exception's traceback printed under the first exception's line
+
+
+def refine_chained_causes(candidates: list[Candidate]) -> None:
+    """The first exception of a chain printed without its frames (`ValueError: could not convert ...` over "The
+    above exception was the direct cause of the following exception:") was raised where the chained exception's
+    traceback below it shows: reading data, loading a checkpoint. That phase gives a generic first exception its
+    category, as a traceback of its own would have."""
+    for c in candidates:
+        if c.role != "root" or not c.from_traceback or c.code_file or c.phase:
+            continue
+        if c.priority >= GENERIC_PRIORITY or _PROGRAMMING_ERROR.match(c.text):
+            continue
+        chained = next(
+            (
+                d
+                for d in candidates
+                if d is not c and d.from_traceback and d.code_file and _below(d, c, _CHAINED_TRACEBACK)
+            ),
+            None,
+        )
+        if chained is not None and chained.phase in PHASE_CATEGORY:
+            c.phase, c.category = chained.phase, PHASE_CATEGORY[chained.phase]
+
+
 def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, int, str | None, int | None]]) -> None:
     """A paste often starts with one rank's exception line, its frames cut off above, followed by another rank's
     traceback of the same failure cut off before its exception line. That traceback's frames say where both
@@ -399,10 +424,16 @@ _WORKER_TRACEBACK = 80  # the worker's "Original Traceback" printed under the re
 def _refine_dataloader_worker_relays(candidates: list[Candidate]) -> None:
     """The DataLoader re-raises a worker's exception as `X: Caught X in DataLoader worker process N.` with the
     worker's original traceback under it. That line says where it happened (loading data); the original message
-    under it, however specific (a tensor size in a collate function), is its detail, not a second failure."""
+    under it, however specific (a tensor size in a collate function), is its detail, not a second failure, unless
+    the worker could not import a module (the environment lacks a package: `import`)."""
     relays = [c for c in candidates if c.pattern is not None and c.pattern.id == _WORKER_RELAY and c.role == "root"]
     for c in candidates:
-        if c.role == "root" and c.from_traceback and any(_below(c, r, _WORKER_TRACEBACK) for r in relays):
+        relay = next((r for r in relays if _below(c, r, _WORKER_TRACEBACK)), None)
+        if relay is None or c.role != "root" or not c.from_traceback:
+            continue
+        if c.category == "import":  # a module the worker could not import: the environment, not the data
+            relay.role = "symptom"
+        else:
             c.role = "symptom"
 
 

@@ -27,7 +27,7 @@ from diagnose.decide import (
 from diagnose.hang import WAIT_EVIDENCE, HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
-from diagnose.ranks import SRUN_TASK_REPORTS
+from diagnose.ranks import EXCEPTION_LINE, SRUN_TASK_REPORTS
 from diagnose.rankset import format_ranks
 from diagnose.refine import PHASE_CATEGORY
 from diagnose.tracebacks import LAUNCHER_SIGNAL, SIGNAL_NAMES
@@ -101,8 +101,10 @@ def _decide_verdict(
             # process's copy was kept: 20 of the 28 collectors' labels of such excerpts give none.
             ranks = _sole_failed_rank(events)
         rank = first.rank if first.rank is not None and not folded else (ranks[0] if ranks else None)
-        if first.category == "config" and _named_by_spawn_section(first, candidates):
-            rank = None  # spawn names the worker that died first; a bad setting stops every worker alike
+        shared = first.category == "config" or first.subcategory in _SHARED_STARTUP
+        if shared and _named_by_spawn_section(first, candidates):
+            # spawn names the worker that died first; a bad setting, an unreachable rendezvous stop every worker alike
+            rank = None
         where = f" on rank {rank}" if rank is not None else _local_only(first)
         alike = every_rank_alike(root, expected)
         if alike:
@@ -476,6 +478,9 @@ def _barrier_timed_out(candidates: list[Candidate]) -> bool:
     return any(c.pattern is not None and c.pattern.id in _BARRIER_WAIT_ENDED for c in candidates)
 
 
+_SRUN_OWN_EXIT = r"srun: error: [^:\s]+: tasks? [\d,-]+: Exited with exit code [1-9]"
+
+
 def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
     """Without `srun --label` no line of a traceback names its task, but srun reports a task's end as soon
     as its process exits, which is right after the traceback it printed last: the first of srun's end lines
@@ -483,11 +488,20 @@ def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
     srun starts the trainer itself: ranks.py). An error every task printed or met alike (a start-up error, an
     unreachable rendezvous) stays rankless: srun's first report then only says which task gave up first."""
     first = root.first
-    if "srun_task" not in events.columns or not first.from_traceback:
+    if "srun_task" not in events.columns or not (first.from_traceback or regex.match(EXCEPTION_LINE, first.text)):
         return []
     if len({(c.file, c.line) for c in root.candidates}) > 1:
         return []
     if first.category in EVERY_PROCESS_FAILS or first.subcategory in _SHARED_STARTUP:
+        return []
+    # several tasks exiting with an error code of their own (not srun ending the rest) while this is the only
+    # exception printed: the others failed alike without a word, so the first srun names no one writer
+    own_exits = events.filter((pl.col("file") == first.file) & pl.col("text").str.contains(_SRUN_OWN_EXIT))
+    others = events.filter(
+        ((pl.col("kind") == "traceback") | pl.col("text").str.contains(EXCEPTION_LINE))
+        & ~pl.col("line").is_in([c.line for c in root.candidates])
+    )
+    if own_exits.get_column("line").n_unique() > 1 and others.is_empty():
         return []
     near = _lines_below(first, events)
     ends = near.filter(pl.col("srun_task").is_not_null())
@@ -705,6 +719,8 @@ def _unglued(text: str, candidates: list[Candidate], pattern: Pattern | None = N
     if pattern is not None and len(pieces) > 1 and pattern.compiled.search(text) is None:
         named = next((piece for piece in pieces[1:] if pattern.compiled.search(piece)), text)
         text = named.removesuffix('"') if named.count('"') % 2 else named
+    if "\r" in text:  # a progress bar redrawn with carriage returns: the terminal shows what came after the last
+        text = next((piece for piece in reversed(text.split("\r")) if piece.strip()), text)
     text = _PROGRESS_BAR.sub("", text)
     if (cells := _TABLE_CELLS.match(text)) is not None:  # the status cell holds the message
         text = text[cells.end() :].rstrip(" |")

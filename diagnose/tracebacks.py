@@ -116,6 +116,8 @@ def _checks_arguments(frame: Frame) -> bool:
         return True
     if path.endswith(_LAUNCHER_ENTRY) and frame.func not in _LAUNCHER_DRIVERS:
         return True  # torchrun reading its own command line (`int(nproc_per_node)` in determine_local_world_size)
+    if frame.func == "__init__" and "torch/optim/" in path:
+        return True  # an optimizer or LR scheduler checking its hyperparameters (`if not 0.0 <= lr`) as it is built
     return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
 
 
