@@ -101,7 +101,8 @@ def _timeout_each_rank_shares(timeouts: list[Candidate]) -> list[Candidate]:
     shared = Counter(sig for lines in by_rank.values() for sig in {signature(c) for c in lines})
     ordered: list[Candidate] = []
     for lines in by_rank.values():
-        best = max(lines, key=lambda c: (shared[signature(c)], -lines.index(c)))
+        # the most shared signature; among equals the line printed first (max keeps the first of equal keys)
+        best = max(lines, key=lambda c: shared[signature(c)])
         ordered += [best] + [c for c in lines if c is not best]
     return ordered
 
