@@ -474,10 +474,13 @@ def _refine_aborts_after_comm_failures(candidates: list[Candidate]) -> None:
     """ProcessGroupNCCL's watchdog aborts its process after a collective timeout or a communicator error, and
     faulthandler then prints `Fatal Python error: Aborted`: with such a failure above it in the same file, the
     abort is that teardown, not a failure of its own."""
-    comm = [c for c in candidates if c.category in _TAKES_PROCESS_DOWN and c.pattern is not None]
+    first_failure: dict[str, int] = {}  # file -> the line of its first communication failure
+    for c in candidates:
+        if c.category in _TAKES_PROCESS_DOWN and c.pattern is not None:
+            first_failure[c.file] = min(first_failure.get(c.file, c.line), c.line)
     aborts = [c for c in candidates if c.pattern is not None and c.pattern.id in _ABORT_NOTICES and c.role == "root"]
     for c in aborts:
-        if any(f.file == c.file and f.line < c.line for f in comm):
+        if first_failure.get(c.file, c.line) < c.line:
             c.role = "symptom"
 
 
