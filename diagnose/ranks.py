@@ -144,7 +144,7 @@ def _srun_ends_under_tracebacks(frame: pl.DataFrame, census: Census) -> pl.DataF
         ends |= {(f, n) for f, n in bare.select("file", "line").iter_rows()}
         claimed: set[tuple[str, int]] = set()
         for index, (file, line, text) in enumerate(frame.select("file", "line", "text").iter_rows()):
-            if "srun: error: " not in text or regex.match(_SRUN_TASKS_LINE, text) is None:
+            if "srun: error: " not in text or regex.match(SRUN_TASKS_LINE, text) is None:
                 continue
             named = regex.match(_SRUN_TASK_LINE, text)  # one task (`tasks 2-7:` claims the line above, names none)
             # the nearest exception above, if no srun end line came between (that one was its process's end)
@@ -202,7 +202,7 @@ def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
 
 # an exception's own line, `RuntimeError: CUDA out of memory. ...` (a module path allowed before the type)
 EXCEPTION_LINE = r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): "
-_SRUN_TASKS_LINE = r"srun: error: [^:\s]+: tasks? [\d,-]+: "
+SRUN_TASKS_LINE = r"srun: error: [^:\s]+: tasks? [\d,-]+: "  # an end line for one task or several
 _SRUN_TASK_LINE = r"srun: error: [^:\s]+: task (\d+): "  # one task named, whatever signature the line matched
 SRUN_TASK_REPORTS = frozenset(
     {"srun-task-exit-code", "srun-task-killed", "srun-task-crashed"}

@@ -427,14 +427,17 @@ def _refine_dataloader_worker_relays(candidates: list[Candidate]) -> None:
     under it, however specific (a tensor size in a collate function), is its detail, not a second failure, unless
     the worker could not import a module (the environment lacks a package: `import`)."""
     relays = [c for c in candidates if c.pattern is not None and c.pattern.id == _WORKER_RELAY and c.role == "root"]
-    for c in candidates:
-        relay = next((r for r in relays if _below(c, r, _WORKER_TRACEBACK)), None)
-        if relay is None or c.role != "root" or not c.from_traceback:
-            continue
-        if c.category == "import":  # a module the worker could not import: the environment, not the data
-            relay.role = "symptom"
-        else:
-            c.role = "symptom"
+    for relay in relays:
+        for c in _raised_under(relay, candidates, _WORKER_TRACEBACK):
+            if c.category == "import":  # a module the worker could not import: the environment, not the data
+                relay.role = "symptom"
+            else:
+                c.role = "symptom"
+
+
+def _raised_under(wrapper: Candidate, candidates: list[Candidate], lines: int) -> list[Candidate]:
+    """The root exceptions of the tracebacks a wrapper line relays, printed within `lines` under it."""
+    return [c for c in candidates if c.role == "root" and c.from_traceback and _below(c, wrapper, lines)]
 
 
 _DCP_RELAY = regex.compile(r"(?:[\w.]+\.)?CheckpointException: CheckpointException ranks:")
@@ -447,7 +450,7 @@ def _refine_checkpoint_exception_relays(candidates: list[Candidate]) -> None:
     AssertionError), is the cause and names its rank; the collective exception only relays it."""
     relays = [c for c in candidates if c.role == "root" and _DCP_RELAY.match(c.text.lstrip())]
     for relay in relays:
-        if any(c.role == "root" and c.from_traceback and _below(c, relay, _DCP_TRACEBACKS) for c in candidates):
+        if _raised_under(relay, candidates, _DCP_TRACEBACKS):
             relay.role = "symptom"
 
 

@@ -27,7 +27,7 @@ from diagnose.decide import (
 from diagnose.hang import WAIT_EVIDENCE, HangAnalysis
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
-from diagnose.ranks import EXCEPTION_LINE, SRUN_TASK_REPORTS
+from diagnose.ranks import EXCEPTION_LINE, SRUN_TASK_REPORTS, SRUN_TASKS_LINE
 from diagnose.rankset import format_ranks
 from diagnose.refine import PHASE_CATEGORY
 from diagnose.tracebacks import LAUNCHER_SIGNAL, SIGNAL_NAMES
@@ -478,7 +478,7 @@ def _barrier_timed_out(candidates: list[Candidate]) -> bool:
     return any(c.pattern is not None and c.pattern.id in _BARRIER_WAIT_ENDED for c in candidates)
 
 
-_SRUN_OWN_EXIT = r"srun: error: [^:\s]+: tasks? [\d,-]+: Exited with exit code [1-9]"
+_SRUN_OWN_EXIT = SRUN_TASKS_LINE + r"Exited with exit code [1-9]"
 
 
 def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
