@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,7 @@ def _exit_rows(file: LogFile, display: str, data: bytes, hit: Hit, year: int) ->
             signal=record.signal,
             torchrun_root=record.torchrun_root,
             end_line=record.end_line,
+            fields=json.dumps({"other_failure": True}) if record.other_failure else None,
         )
         rows.append(row)
     return rows
@@ -314,6 +316,9 @@ _PROCESS_RANK_PATTERNS = {
 _JOB_LEVEL_WRITERS = ("slurmstepd", "srun: ")
 
 
+_INTERLEAVED_HEADERS = 2  # two "Traceback (most recent call last):" this close come from two writers
+
+
 def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
     """A log with no rank prefixes whose start-up lines name exactly one global rank (Lightning's
     `GLOBAL_RANK: 1`, torchelastic's `global_ranks=[1]` for a one-worker agent) is that one process's output,
@@ -331,6 +336,9 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
         if r.get("pattern") not in _PROCESS_RANK_PATTERNS
     ):
         return
+    starts = sorted(r["line"] for r in rows if r["kind"] == "traceback")
+    if any(later - earlier <= _INTERLEAVED_HEADERS for earlier, later in pairwise(starts)):
+        return  # tracebacks begun on adjacent lines: several processes write here, not the one that named itself
     (rank,) = named
     for row in rows:
         if row["kind"] != "exit" and not row["text"].lstrip().startswith(_JOB_LEVEL_WRITERS):

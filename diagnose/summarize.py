@@ -240,12 +240,16 @@ def _decide_verdict(
         first = _earliest([c for c in warned if cast(Pattern, c.pattern).id not in _RETRY_NOTICES] or warned)
         pattern = cast(Pattern, first.pattern)
         owner = _traceback_owner_after(first, events)
+        warned_ranks = tuple(sorted({c.rank for c in warned if c.rank is not None and c.pattern == pattern}))
+        rank = first.rank if first.rank is not None else (owner[0] if owner else _sole_exit(failed))
+        if _RAY_DEDUP.search(first.text.rstrip()):
+            rank = None  # Ray folded the same warning from many workers into this one line: no one rank's
         return Verdict(
             category=first.category,
             subcategory=first.subcategory,
             title=f"{pattern.title} (the only warning-level line in the logs)",
-            rank=first.rank if first.rank is not None else (owner[0] if owner else _sole_exit(failed)),
-            ranks=tuple(sorted({c.rank for c in warned if c.rank is not None and c.pattern == pattern})),
+            rank=rank,
+            ranks=warned_ranks,
             host=first.host,
             exception=first.text,
             confidence="low",
@@ -254,7 +258,7 @@ def _decide_verdict(
         )
     if failed:
         first = failed[0]
-        rank = first["grank"]
+        rank = None if _listed_as_other_failure(first) else first["grank"]  # the root cause entry was cut off
         where = f"rank {rank}" if rank is not None else "a rank"
         how = f"exited with code {first['exitcode']}" if first["exitcode"] else "failed first (torchrun's root cause)"
         return Verdict(
@@ -554,20 +558,27 @@ def _named_by_spawn_section(first: Candidate, candidates: list[Candidate]) -> bo
     return nearest.fields.get("section_rank") == str(first.rank)
 
 
+def _listed_as_other_failure(row: dict[str, object]) -> bool:
+    """torchrun listed this exit under "Failures:", apart from its root cause: another rank failed first."""
+    return bool(row["fields"]) and '"other_failure"' in cast(str, row["fields"])
+
+
 def _sole_exit(failed: list[dict[str, object]]) -> int | None:
-    """The rank of the one process the launcher saw fail, if it saw exactly one."""
+    """The rank of the one process the launcher saw fail, if it saw exactly one (an entry listed among the other
+    failures means it saw more, even where the root cause's entry was cut off)."""
     ranks = {cast(int, r["grank"]) for r in failed if r["grank"] is not None}
-    return ranks.pop() if len(ranks) == 1 else None
+    return ranks.pop() if len(ranks) == 1 and not any(map(_listed_as_other_failure, failed)) else None
 
 
 def _sole_failed_rank(events: pl.DataFrame) -> list[int]:
     """An unattributed error and exactly one rank the launcher saw fail on its own: that rank."""
-    failed = {
-        r["grank"]
+    rows = [
+        r
         for r in exit_rows(events)
         if r["grank"] is not None and r["exitcode"] and (r["exitcode"] > 0 or r["signal"] not in (None, "SIGTERM"))
-    }
-    return sorted(failed) if len(failed) == 1 else []
+    ]
+    failed = {r["grank"] for r in rows}
+    return sorted(failed) if len(failed) == 1 and not any(map(_listed_as_other_failure, rows)) else []
 
 
 _RAISED_NCCL_ERROR = regex.compile(r"NCCL [Ee]rror")

@@ -309,6 +309,8 @@ class ExitRecord:
     torchrun_root: bool
     end_line: int = 0  # last line of this entry (its embedded traceback included)
     pid: int | None = None
+    # listed under "Failures:" / "Other Failures:", apart from the root cause: never the first failure
+    other_failure: bool = False
 
 
 def _window(data: bytes, start: int, prefix: Prefix, first_line: int) -> Iterator[tuple[int, Prefix, str]]:
@@ -399,11 +401,12 @@ def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> lis
     records: list[ExitRecord] = []
     current: dict[str, str] = {}
     current_line = last_line = 0
-    in_root = False
+    in_root = in_others = False
 
     def flush() -> None:
         if current:
-            records.append(replace(_record(current, current_line, in_root), end_line=last_line))
+            record = _record(current, current_line, in_root)
+            records.append(replace(record, end_line=last_line, other_failure=in_others and not in_root))
             current.clear()
 
     for number, _, text in _window(data, start, prefix, line_no):
@@ -416,6 +419,9 @@ def parse_failures(data: bytes, start: int, line_no: int, prefix: Prefix) -> lis
         if "Root Cause (first observed failure)" in stripped:
             flush()
             in_root = True
+        elif stripped in ("Failures:", "Other Failures:"):
+            flush()
+            in_others = True
         elif _FAILURE_HEADER.fullmatch(stripped) is not None:
             flush()
             current_line = number
