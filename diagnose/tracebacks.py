@@ -121,6 +121,11 @@ def _checks_arguments(frame: Frame) -> bool:
     return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
 
 
+# a project's own configuration module (`sage/config.py`, `configs/base.py`, `model_config.py`): what it raises while
+# reading or checking the run's settings (a config file that does not parse) is about the configuration
+_CONFIG_MODULE = regex.compile(r"(?:^|/)(?:\w+_)?(?:config|configs|cfg|conf)\.py$|/configs?/[^/]+\.py$")
+
+
 # (`data_parallel.py` is torch's DataParallel wrapper, not data)
 _DATA_MODULE = regex.compile(
     r"/(?:data|datasets?|dataloaders?)/[^/]+\.py|/(?:data|datasets?)(?:_(?!parallel)\w+)?\.py|/[a-z]+_data\.py"
@@ -273,6 +278,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     if any(f.func in _RENDEZVOUS or "torch/distributed/rendezvous.py" in f.path for f in frames):
         return "rendezvous"
     if frames and _checks_arguments(frames[-1]):
+        return "arguments"
+    if frames and _CONFIG_MODULE.search(_innermost_own(frames).path.replace("\\", "/")):
         return "arguments"
     if (
         "torch/utils/data/" in paths
