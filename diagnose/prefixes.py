@@ -67,9 +67,10 @@ _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]
 # (jobid, rank, host)
 _MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`; a wide gap
-# after it is a column (CloudWatch's export pads to one), not the indent of a traceback line
+# after it is a column (CloudWatch's export pads to one), not the indent of a traceback line; a container runtime's
+# stamp may end in a tab (`2021-07-26T14:09:27.84205038Z\t  File ...`)
 _STAMP = regex.compile(
-    r"\[?\d{4}([-/])\d\d\1\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]?(?: {10,}| )"
+    r"\[?\d{4}([-/])\d\d\1\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]?(?: {10,}| |\t)"
 )
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
 # the ROCm runtime's (CLR) log header: `:0:rocdevice.cpp            :2984: 13356666806077 us: [pid:1843  tid:0x7fb7] `

@@ -139,6 +139,18 @@ def _decide_verdict(
         )
     if hang is not None:
         suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
+        blamed = _blamed_by_monitored_barrier(candidates)
+        if (
+            blamed is not None
+            and hang.telling is None
+            and _barrier_timed_out(candidates)
+            and blamed[0] not in hang.victims
+        ):
+            # a rank's monitoredBarrier named the peer it waited for in vain, and no line names the missing rank
+            # itself (rank 0's "Rank 2 failed to pass monitoredBarrier") nor has the named peer time out: that peer
+            # is the straggler
+            suspect = blamed[0]
+            hang = replace(hang, suspects=(suspect,))
         if suspect is not None and hang.subcategory == "early_exit":
             what = f"rank {suspect} had already exited without an error"
         elif suspect is not None:

@@ -157,6 +157,7 @@ def _is_data_module(path: str) -> bool:
 # a tokenizer library or a project's tokenizer module: reading a vocabulary or merges file
 _TOKENIZER_MODULE = regex.compile(
     r"/(?:tiktoken|sentencepiece|tokenizers)/|/tokenization_\w+\.py$|/tokenizers?/[^/]+\.py$"
+    r"|/(?:\w+_)?tokenizer\.py$|/sentencepiece\.py$"  # fairseq2's data/text/sentencepiece.py, nllb/tokenizer.py
 )
 
 
