@@ -107,6 +107,10 @@ def _timeout_each_rank_shares(timeouts: list[Candidate]) -> list[Candidate]:
     return ordered
 
 
+_EARLY_STOP = "early-stop-logged"
+_STOPPED_EARLY = "logged that it stopped training early while the others went on"
+
+
 def analyze_hang(
     candidates: list[Candidate],
     expected: set[int],
@@ -151,6 +155,9 @@ def analyze_hang(
         r for r, e in per_rank.items() if e.get("enqueued") is not None and e.get("enqueued") == e.get("completed")
     }
     terminated = {c.rank for c in candidates if c.subcategory == "teardown" and c.rank is not None}
+    # a rank whose own early-stopping logic ended its loop while the others trained on (a metric only it saw)
+    stopped_early = {c.rank for c in candidates if c.pattern is not None and c.pattern.id == _EARLY_STOP}
+    stopped_early = stopped_early if None not in stopped_early else set()
     active = {c.rank for c in candidates if c.rank is not None}
     silent = expected - victims - active
     left = ranks_that_left(candidates, seen, launcher_failed) - victims
@@ -195,6 +202,8 @@ def analyze_hang(
         )
     elif odd_one:
         suspects, reason = odd_one, "waited in a different collective than the others at the same point (a desync)"
+    elif len(stopped_early) == 1:
+        suspects, reason = stopped_early, _STOPPED_EARLY
     elif never_entered:
         suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
     elif terminated - victims:

@@ -529,6 +529,31 @@ class Ingested:
     warnings: tuple[str, ...]
 
 
+# srun's per-task output files (`--output=logs/%x-%j-%t.out`): one name with the task id last
+_TASK_FILE = regex.compile(r"(?P<stem>.+?[-_.])(?P<task>\d{1,5})(?P<ext>\.\w+)?")
+
+
+def _attribute_task_files(files: list[LogFile], results: list[FileResult]) -> None:
+    """Sibling files numbered 0..N-1 (srun's `%t`), each of whose rank-prefixed lines names only its own number,
+    are one rank's output each: their unprefixed lines (a logger's INFO line, a crash dump) are that rank's too.
+    A job array's files (`%A_%a`) or a node's file under torchrun name other ranks and are left alone."""
+    groups: dict[tuple[Path, str, str], dict[int, FileResult]] = {}
+    for file, result in zip(files, results, strict=True):
+        if (m := _TASK_FILE.fullmatch(file.path.name)) is not None and file.run_dir is None:
+            groups.setdefault((file.path.parent, m["stem"], m["ext"] or ""), {})[int(m["task"])] = result
+    for numbered in groups.values():
+        if len(numbered) < 2 or set(numbered) != set(range(len(numbered))):
+            continue
+        named = {task: {r["rank"] for r in result.rows if r["rank"] is not None} for task, result in numbered.items()}
+        if not any(named.values()) or any(ranks - {task} for task, ranks in named.items()):
+            continue
+        for task, result in numbered.items():
+            for row in result.rows:
+                own = row["kind"] != "exit" and not row["text"].lstrip().startswith(_JOB_LEVEL_WRITERS)
+                if own and row["rank"] is None and row["file_rank"] is None:
+                    row["file_rank"] = task
+
+
 def ingest(
     files: list[LogFile], roots: list[str], scanner: Scanner, stdin: bytes | None = None, workers: int | None = None
 ) -> Ingested:
@@ -541,6 +566,7 @@ def ingest(
                 lambda f: ingest_file(f, names[f.path], scanner, year, stdin if str(f.path) == "-" else None), files
             )
         )
+    _attribute_task_files(files, results)
     rows = [row for result in results for row in result.rows]
     frame = pl.DataFrame([{key: _fits(key, row.get(key)) for key in SCHEMA} for row in rows], schema=SCHEMA)
     census = {tuple(_in_range(v) for v in entry) for r in results for entry in r.census}

@@ -83,6 +83,7 @@ def build_rank_map(events: pl.DataFrame, census: Census, run_dirs: frozenset[str
 
 
 _LAUNCHER_BANNER = "torchrun-start-banner"  # torchrun's start-up banner: a launcher below srun
+_LAUNCHER_ENTRY_FILE = r"(?:^|/)torchrun$|torch/distributed/(?:run|launch)\.py$"
 
 
 def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) -> bool:
@@ -93,6 +94,16 @@ def _task_is_rank(events: pl.DataFrame, census: Census, per_node: int | None) ->
         task is not None and (local is not None or (rank is not None and rank != task)) for task, local, rank in census
     )
     below = below or events.filter((pl.col("pattern") == _LAUNCHER_BANNER) & pl.col("task").is_not_null()).height > 0
+    # ...or the agent's own traceback (a rendezvous that failed before any worker started): its innermost project
+    # frame is torchrun's entry script
+    below = below or (
+        events.filter(
+            pl.col("task").is_not_null()
+            & (pl.col("kind") == "traceback")
+            & pl.col("code_file").str.contains(_LAUNCHER_ENTRY_FILE)
+        ).height
+        > 0
+    )
     if per_node is not None or below:
         return False
     tasks = events.filter(pl.col("task").is_not_null())
@@ -118,8 +129,8 @@ def _srun_alone_unlabelled(events: pl.DataFrame, census: Census) -> bool:
     lines (`srun: error: vm: task 1: Exited with exit code 1`) do, and SLURM_PROCID, the task id, is the rank
     such a trainer takes. Any sign of a process manager below srun (a parsed local rank, a launcher's name)
     makes the task a node instead, so the reading is only made when nothing of the kind was printed."""
-    if any(local is not None or rank is not None for _, local, rank in census):
-        return False
+    if any(local is not None for _, local, _ in census):
+        return False  # (torch's own `[rankN]:` prefixes are no sign: a trainer srun starts prints them too)
     if events.filter(pl.col("local_rank").is_not_null() | pl.col("run_dir").is_not_null()).height:
         return False
     if events.filter(pl.col("pattern").str.contains(_LAUNCHER_PATTERNS)).height:
@@ -147,6 +158,9 @@ def _srun_ends_under_tracebacks(frame: pl.DataFrame, census: Census) -> pl.DataF
             if "srun: error: " not in text or regex.match(SRUN_TASKS_LINE, text) is None:
                 continue
             named = regex.match(_SRUN_TASK_LINE, text)  # one task (`tasks 2-7:` claims the line above, names none)
+            if named is not None and regex.search(_SRUN_CRASH, text):
+                tasks[index] = int(named.group(1))  # a crash names its own task, wherever its dump was printed
+                continue
             # the nearest exception above, if no srun end line came between (that one was its process's end)
             above = next(
                 ((file, line - gap) for gap in range(1, _SRUN_END_GAP + 1) if (file, line - gap) in ends), None
@@ -204,6 +218,7 @@ def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
 EXCEPTION_LINE = r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): "
 SRUN_TASKS_LINE = r"srun: error: [^:\s]+: tasks? [\d,-]+: "  # an end line for one task or several
 _SRUN_TASK_LINE = r"srun: error: [^:\s]+: task (\d+): "  # one task named, whatever signature the line matched
+_SRUN_CRASH = r": (?:Segmentation fault|Bus error)"  # srun's report of a task that died of SIGSEGV / SIGBUS
 SRUN_TASK_REPORTS = frozenset(
     {"srun-task-exit-code", "srun-task-killed", "srun-task-crashed"}
 )  # srun's per-task end lines

@@ -86,6 +86,7 @@ def _decide_verdict(
             or infer_rank_from_context(root, candidates)
             or _traceback_owner_after(first, events)
             or _srun_task_after(root, events)
+            or _srun_crashed_task(first, candidates, events)
             or _rank_of_detail(first, candidates)
             or _rank_of_raised(first, candidates)
         )
@@ -495,6 +496,7 @@ def _barrier_timed_out(candidates: list[Candidate]) -> bool:
 
 
 _SRUN_OWN_EXIT = SRUN_TASKS_LINE + r"Exited with exit code [1-9]"
+_SRUN_CRASHED = "srun-task-crashed"
 
 
 def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
@@ -527,6 +529,20 @@ def _srun_task_after(root: Incident, events: pl.DataFrame) -> list[int]:
     if near.filter((pl.col("kind") == "traceback") & (pl.col("line") < end["line"])).height:
         return []
     return [end["srun_task"]]
+
+
+def _srun_crashed_task(first: Candidate, candidates: list[Candidate], events: pl.DataFrame) -> list[int]:
+    """A crash dump with no rank (`Fatal Python error: Segmentation fault`) and plain srun reporting exactly one
+    task dead of that signal (`srun: error: vm: task 3: Segmentation fault`): that task wrote it, and srun's
+    task is the rank when srun starts the trainer itself (ranks.py fills `srun_task` only then)."""
+    if first.category != "killed" or first.subcategory != "segfault" or "srun_task" not in events.columns:
+        return []
+    crashes = {
+        (c.file, c.line) for c in candidates if c.pattern is not None and c.pattern.id == _SRUN_CRASHED and c != first
+    }
+    rows = events.filter(pl.col("srun_task").is_not_null())
+    tasks = {row["srun_task"] for row in rows.iter_rows(named=True) if (row["file"], row["line"]) in crashes}
+    return sorted(tasks) if len(tasks) == 1 else []
 
 
 def _rank_of_detail(first: Candidate, candidates: list[Candidate]) -> list[int]:

@@ -280,6 +280,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         return "rendezvous"
     if frames and _checks_arguments(frames[-1]):
         return "arguments"
+    if any(f.func == "__init__" and "torch/optim/" in f.path.replace("\\", "/") for f in frames):
+        return "arguments"  # an LR scheduler calling the schedule with the configured values as it is built
     if frames and _CONFIG_MODULE.search(_innermost_own(frames).path.replace("\\", "/")):
         return "arguments"
     if (
