@@ -203,7 +203,7 @@ def _fill_traceback(row: dict[str, Any], text: str, tb: Traceback, exception_lin
         fields=json.dumps(
             {
                 "exc_type": tb.exc_type or "",
-                "phase": output_phase(tb.exc_type, tb.source) or phase_of(tb.frames, cut=tb.exception is None) or "",
+                "phase": output_phase(tb.exc_type, tb.source) or phase_of(tb.frames, cut=not tb.exception) or "",
             }
         ),
     )

@@ -12,7 +12,7 @@ from collections import Counter
 import regex
 
 from diagnose.candidates import GENERIC_PRIORITY, Candidate
-from diagnose.tracebacks import LAUNCHER_ERROR_FILE, LAUNCHER_SIGNAL, LAUNCHER_TEARDOWN, PEER_READ
+from diagnose.tracebacks import LAUNCHER_ERROR_FILE, LAUNCHER_SIGNAL, LAUNCHER_TEARDOWN, LAUNCHER_WAIT, PEER_READ
 
 PHASE_CATEGORY = {
     "checkpoint_load": "checkpoint",
@@ -23,6 +23,7 @@ PHASE_CATEGORY = {
     "output_path": "config",
     "rendezvous": "nccl",
     "import": "import",
+    LAUNCHER_WAIT: "hang",  # (only a cut traceback has this phase: a stack dump, not an exception)
 }
 # Programming errors stay code wherever they are raised: a class without the attribute, a name never defined,
 # a collective (a DistributedSampler) used before init_process_group is a bug in the caller, not bad data or a
@@ -266,21 +267,24 @@ def refine_gdb_backtraces(candidates: list[Candidate]) -> None:
 
 _CRASH_PATTERNS = ("segfault", "sigfpe-crash")
 _LIBRARY_FRAMES = frozenset({"cuda-library-frame", "openmpi-backtrace-cuda-frame"})
+_SERIALIZATION_FRAME = "serialization-native-frame"  # torch.save / torch.load's zip archive in C++
 _BACKTRACE_LINES = 20
 
 
 def refine_native_crashes(candidates: list[Candidate]) -> None:
     """A signal crash whose native backtrace (printed right after it, or just before) runs through the CUDA
-    driver, cuBLAS or cuDNN is a failure of that CUDA library, not an anonymous kill."""
+    driver, cuBLAS or cuDNN is a failure of that CUDA library, not an anonymous kill; one whose backtrace runs
+    through torch's checkpoint serialization happened while a checkpoint was written or read."""
     frames = [c for c in candidates if c.pattern is not None and c.pattern.id in _LIBRARY_FRAMES]
-    if not frames:
-        return
+    saving = [c for c in candidates if c.pattern is not None and c.pattern.id == _SERIALIZATION_FRAME]
     for c in candidates:
         if c.pattern is None or c.pattern.id not in _CRASH_PATTERNS:
             continue
         # (Open MPI prints the backtrace first and then the process's own "Caught signal" line)
         if any(_below(f, c, _BACKTRACE_LINES) or _below(c, f, _BACKTRACE_LINES) for f in frames):
             c.category, c.subcategory = "cuda_error", "library_crash"
+        elif any(_below(f, c, _BACKTRACE_LINES) for f in saving):
+            c.category, c.subcategory = "checkpoint", "crash_in_serialization"
 
 
 _CRASH_AFTER_LINES = 3  # the crash line follows the failure's own WARN lines
@@ -366,6 +370,7 @@ def refine_launcher_reports(candidates: list[Candidate]) -> None:
     _refine_spawn_wrappers(candidates)
     _refine_cpp_exceptions(candidates)
     _refine_ray_task_wrappers(candidates)
+    _refine_ray_actor_deaths(candidates)
     _refine_dataloader_worker_relays(candidates)
     _refine_checkpoint_exception_relays(candidates)
     _refine_store_error_tails(candidates)
@@ -410,6 +415,20 @@ def _refine_ray_task_wrappers(candidates: list[Candidate]) -> None:
             for c in candidates
         ):
             wrapper.role = "symptom"
+
+
+_RAY_ACTOR_DEATHS = frozenset({"ray-worker-died", "ray-actor-died"})
+_RAY_WORKER_FATAL = "ray-worker-unhandled-exception"
+
+
+def _refine_ray_actor_deaths(candidates: list[Candidate]) -> None:
+    """The driver's "The actor is dead because its worker process has died" is Ray relaying a death; the worker's
+    own fatal line (Ray's C++ log of an unhandled exception, forwarded with the worker's prefix) says why, wherever
+    Ray's log forwarding put it in the file."""
+    if any(c.pattern is not None and c.pattern.id == _RAY_WORKER_FATAL and c.role == "root" for c in candidates):
+        for c in candidates:
+            if c.pattern is not None and c.pattern.id in _RAY_ACTOR_DEATHS and c.role == "root":
+                c.role = "symptom"
 
 
 def _nests(candidate: Candidate, inner: str) -> bool:

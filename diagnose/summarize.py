@@ -251,6 +251,16 @@ def _decide_verdict(
         # Nothing raised and nothing timed out, but a library warned (NCCL_DEBUG output of a failed
         # bootstrap): far more likely the cause than a healthy run. A retry notice yields to the error after it.
         first = _earliest([c for c in warned if cast(Pattern, c.pattern).id not in _RETRY_NOTICES] or warned)
+        if _after_nccl_abort(first, candidates):
+            # NCCL had already aborted this process's communicators ("- Abort COMPLETE"): its warnings are the
+            # teardown of a failure these logs do not show
+            return Verdict(
+                category="unknown",
+                title="NCCL communicators were aborted; the failure that caused it is not in these logs",
+                confidence="low",
+                explanation="Something made this process abort its NCCL communicators (an error on another rank, "
+                "a timeout, a shutdown); the socket and proxy warnings after that are the abort's consequences.",
+            )
         pattern = cast(Pattern, first.pattern)
         owner = _traceback_owner_after(first, events)
         warned_ranks = tuple(sorted({c.rank for c in warned if c.rank is not None and c.pattern == pattern}))
@@ -349,6 +359,17 @@ def _decide_verdict(
         )
     if teardown:
         return Verdict(category="unknown", title="Ranks were stopped but no cause was logged", confidence="low")
+    if _nccl_init_unfinished(candidates):
+        return Verdict(
+            category="hang",
+            subcategory="nccl_init",
+            title="NCCL began setting up a communicator and the logs end before any finished (Init COMPLETE)",
+            confidence="low",
+            explanation="Nothing failed, but the last thing NCCL_DEBUG=INFO shows is communicator set-up (bootstrap, "
+            "peer-to-peer checks) with no 'Init COMPLETE': the ranks are stuck connecting to each other, or one rank "
+            "never joined. P2P between the GPUs (NCCL_P2P_DISABLE=1 to test), the network interface "
+            "(NCCL_SOCKET_IFNAME) and a rank that never started are the usual causes.",
+        )
     if excerpt:
         # A pasted excerpt is shown because something went wrong; finding nothing means the error is not in it.
         return Verdict(
@@ -584,6 +605,23 @@ def _named_by_spawn_section(first: Candidate, candidates: list[Candidate]) -> bo
         return False
     nearest = max(headers, key=lambda c: c.line)
     return nearest.fields.get("section_rank") == str(first.rank)
+
+
+_NCCL_ABORTED = "- Abort COMPLETE"
+_NCCL_SETUP = frozenset({"nccl-p2p-device-bus", "nccl-comm-init-rank"})
+
+
+def _nccl_init_unfinished(candidates: list[Candidate]) -> bool:
+    """NCCL_DEBUG=INFO set-up lines and not one communicator reporting "Init COMPLETE"."""
+    setup = [c for c in candidates if c.pattern is not None and c.pattern.id in _NCCL_SETUP]
+    return bool(setup) and not any("Init COMPLETE" in c.text or _NCCL_ABORTED in c.text for c in setup)
+
+
+def _after_nccl_abort(warning: Candidate, candidates: list[Candidate]) -> bool:
+    """An NCCL communicator of the same file reported its abort done above this warning."""
+    return any(
+        c.file == warning.file and c.line < warning.line and c.text.rstrip().endswith(_NCCL_ABORTED) for c in candidates
+    )
 
 
 def _listed_as_other_failure(row: dict[str, object]) -> bool:

@@ -227,6 +227,16 @@ def _launcher_teardown(frames: tuple[Frame, ...]) -> str | None:
     return None
 
 
+# the launcher blocked in waiting for its worker processes (subprocess's wait / os.waitpid)
+LAUNCHER_WAIT = "launcher_wait"
+_CHILD_WAITS = frozenset({"waitpid", "_try_wait", "wait", "_wait", "poll"})
+
+
+def _waits_for_children(frame: Frame) -> bool:
+    """A launcher's entry module, or subprocess's wait itself (a launcher's frames may be cut from a paste)."""
+    return frame.path.replace("\\", "/").endswith((*_LAUNCHER_ENTRY, "/subprocess.py"))
+
+
 # multiprocessing's Connection (a queue's or a manager's pipe, a Listener/Client socket): its low-level reads
 _CONNECTION_MODULE = "multiprocessing/connection.py"
 _CONNECTION_IO = frozenset({"_recv", "_recv_bytes", "recv", "recv_bytes", "_send", "send", "_send_bytes"})
@@ -242,6 +252,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         return LAUNCHER_ERROR_FILE
     if teardown := _launcher_teardown(frames):
         return teardown
+    if cut and frames and frames[-1].func in _CHILD_WAITS and any(_waits_for_children(f) for f in frames):
+        return LAUNCHER_WAIT  # a stack dumped while the launcher sat waiting for its workers: they never finished
     if frames and frames[-1].func == "_main" and frames[-1].path.endswith("multiprocessing/spawn.py"):
         return "child_start"  # a spawned child reading its start-up data from a parent that went away
     if frames and frames[-1].path.replace("\\", "/").endswith(_CONNECTION_MODULE) and frames[-1].func in _CONNECTION_IO:
