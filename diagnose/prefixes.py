@@ -52,6 +52,8 @@ _DETERMINED_UI = regex.compile(r"\[[^\]]{0,40}\] \[rank=(\d{1,7})\] ")
 _BOLD = regex.compile(r"\*\*(?=[^\s*])")
 # ...or Markdown italics around the whole line (`_subprocess.CalledProcessError: ... SIGKILL: 9>._`)
 _ITALIC = regex.compile(r"_[A-Za-z][^_].*[^_\s]_")
+# ...or Markdown inline code around the whole line (`` `torch.distributed.DistStoreError: ...` ``)
+_INLINE_CODE = regex.compile(r"`[A-Za-z][^`]{3,}[^`\s]`")
 # pytest's report of an exception a test raised: `E` and seven spaces before each line of it (the traceback a
 # spawned process sent back included), so the lines keep their own indentation behind it
 _PYTEST = regex.compile(r"E(?: {7}|$)")
@@ -229,7 +231,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
     bold_end = text.rstrip().endswith("**") and not text.rstrip().endswith("***")
     if (m := _BOLD.match(text)) is not None and bold_end and len(text.rstrip()) > 4:
         text, pos = text[m.end() :].rstrip()[:-2], pos + m.end()
-    elif _ITALIC.fullmatch(text.rstrip()) is not None:
+    elif _ITALIC.fullmatch(text.rstrip()) is not None or _INLINE_CODE.fullmatch(text.rstrip()) is not None:
         text, pos = text.rstrip()[1:-1], pos + 1
     if task is not None and text.startswith(("slurmstepd", "srun: ")):
         task = None  # srun routes its own and slurmstepd's messages through a task's label: not that task's output

@@ -12,7 +12,14 @@ from collections import Counter
 import regex
 
 from diagnose.candidates import GENERIC_PRIORITY, Candidate
-from diagnose.tracebacks import LAUNCHER_ERROR_FILE, LAUNCHER_SIGNAL, LAUNCHER_TEARDOWN, LAUNCHER_WAIT, PEER_READ
+from diagnose.tracebacks import (
+    CUDA_DEVICE,
+    LAUNCHER_ERROR_FILE,
+    LAUNCHER_SIGNAL,
+    LAUNCHER_TEARDOWN,
+    LAUNCHER_WAIT,
+    PEER_READ,
+)
 
 PHASE_CATEGORY = {
     "checkpoint_load": "checkpoint",
@@ -23,7 +30,8 @@ PHASE_CATEGORY = {
     "output_path": "config",
     "rendezvous": "nccl",
     "import": "import",
-    LAUNCHER_WAIT: "hang",  # (only a cut traceback has this phase: a stack dump, not an exception)
+    LAUNCHER_WAIT: "hang",  # (only a cut traceback has these two phases: a stack dump, not an exception)
+    CUDA_DEVICE: "cuda_error",
 }
 # Programming errors stay code wherever they are raised: a class without the attribute, a name never defined,
 # a collective (a DistributedSampler) used before init_process_group is a bug in the caller, not bad data or a

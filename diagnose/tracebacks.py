@@ -227,6 +227,9 @@ def _launcher_teardown(frames: tuple[Frame, ...]) -> str | None:
     return None
 
 
+# torch.cuda.set_device: the cut stack of a process the CUDA runtime refused its device
+CUDA_DEVICE = "cuda_device"
+_CUDA_INIT = "torch/cuda/__init__.py"
 # the launcher blocked in waiting for its worker processes (subprocess's wait / os.waitpid)
 LAUNCHER_WAIT = "launcher_wait"
 _CHILD_WAITS = frozenset({"waitpid", "_try_wait", "wait", "_wait", "poll"})
@@ -254,6 +257,8 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         return teardown
     if cut and frames and frames[-1].func in _CHILD_WAITS and any(_waits_for_children(f) for f in frames):
         return LAUNCHER_WAIT  # a stack dumped while the launcher sat waiting for its workers: they never finished
+    if cut and frames and frames[-1].func == "set_device" and frames[-1].path.replace("\\", "/").endswith(_CUDA_INIT):
+        return CUDA_DEVICE  # the CUDA runtime refused the device (invalid ordinal, busy or unavailable)
     if frames and frames[-1].func == "_main" and frames[-1].path.endswith("multiprocessing/spawn.py"):
         return "child_start"  # a spawned child reading its start-up data from a parent that went away
     if frames and frames[-1].path.replace("\\", "/").endswith(_CONNECTION_MODULE) and frames[-1].func in _CONNECTION_IO:
