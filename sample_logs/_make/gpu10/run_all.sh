@@ -1,0 +1,6 @@
+#!/bin/bash
+# Runs gpu10 scenarios: RESULTS=/dir [OUT=/out] [PROFILE=cpu] [MAX_PAR=N] bash run_all.sh [NAME...]
+set -u
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+exec python "$HERE/run_all.py" "$@"
