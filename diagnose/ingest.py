@@ -380,6 +380,11 @@ def _attribute_sections(rows: list[dict[str, Any]]) -> None:
 _NON_SPACE = regex.compile(rb"\S")  # a search stops at the first byte; bytes.strip() would copy the file
 
 
+_FIELDS_CENSUS = regex.compile(
+    rb"(?m)^\[(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?\](?:\[[^\[\]\n]{1,60}\]){0,4}?\[(?:rank|r)=?(\d{1,7})\] "
+)
+
+
 def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
     seen = set()
     whole = len(data) <= CENSUS_BYTES
@@ -391,6 +396,8 @@ def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:
                     local, rank = b"", local
                 if task or local or rank:
                     seen.add((int(task) if task else None, int(local) if local else None, int(rank) if rank else None))
+        if b"][" in part:  # a trainer's bracketed logging header naming its rank (prefixes._BRACKET_FIELDS_RANK)
+            seen.update((None, None, int(rank)) for rank in _FIELDS_CENSUS.findall(part))
         # `srun --label` tasks with nothing below (one task per rank): every task that printed ran. Such a
         # file is labelled from its first lines on (the tail's first line may be cut, so its next one counts).
         start = part.find(b"\n") + 1 if cut else 0

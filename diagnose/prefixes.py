@@ -96,6 +96,11 @@ _SGLANG = regex.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) TP(\d{1,5})(?: EP\d
 # TensorRT-LLM's logger: `[11/18/2025-09:33:30] [TRT-LLM] [RANK 0] [E] msg` (the MPI rank, when it prints one)
 _TRTLLM = regex.compile(r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\](?: \[RANK (\d{1,5})\])? \[[A-Z]\] ")
 _BRACKET_LEVEL = regex.compile(r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ")  # `[INFO] OSError: ...`
+# a trainer's own logging header of bracketed fields, time first and the rank among them:
+# `[2026-12-01 01:08:12,419][tinyasr.data][INFO][rank1] msg`, `[00:31:08.223][tinyrl.trainer][INFO][r0] msg`
+_BRACKET_FIELDS_RANK = regex.compile(
+    r"\[(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?\](?:\[[^\[\]]{1,60}\]){0,4}?\[(?:rank|r)=?(\d{1,7})\] "
+)
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
 # c10 / glog headers (month without a leading zero in some builds: `[E817 ...`):
@@ -206,6 +211,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             rank, host = int(m.group(1)), host or m.group(2)
         elif (m := _BRACKET_LEVEL.match(line, pos)) is not None:
             level = level or m.group(0)[1:2]
+        elif (m := _BRACKET_FIELDS_RANK.match(line, pos)) is not None:
+            rank = int(m.group(1)) if rank is None else rank
         elif (m := _RAY_CPP.match(line, pos)) is not None:
             level, time = level or m.group(1), time or m.group(0)
         elif (m := _SGLANG.match(line, pos)) is not None:
