@@ -116,8 +116,6 @@ def _checks_arguments(frame: Frame) -> bool:
         return True
     if path.endswith(_LAUNCHER_ENTRY) and frame.func not in _LAUNCHER_DRIVERS:
         return True  # torchrun reading its own command line (`int(nproc_per_node)` in determine_local_world_size)
-    if frame.func == "__init__" and "torch/optim/" in path:
-        return True  # an optimizer or LR scheduler checking its hyperparameters (`if not 0.0 <= lr`) as it is built
     return frame.func == "__post_init__" and any(word in name for word in ("argument", "config", "args"))
 
 
@@ -298,7 +296,9 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
     if frames and _checks_arguments(frames[-1]):
         return "arguments"
     if any(f.func == "__init__" and "torch/optim/" in f.path.replace("\\", "/") for f in frames):
-        return "arguments"  # an LR scheduler calling the schedule with the configured values as it is built
+        # an optimizer or LR scheduler checking its hyperparameters (`if not 0.0 <= lr`) or calling the schedule
+        # with the configured values as it is built
+        return "arguments"
     if frames and _CONFIG_MODULE.search(_innermost_own(frames).path.replace("\\", "/")):
         return "arguments"
     if (
