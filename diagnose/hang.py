@@ -107,6 +107,7 @@ def _timeout_each_rank_shares(timeouts: list[Candidate]) -> list[Candidate]:
     return ordered
 
 
+_BLAMED = "named by another rank's monitoredBarrier as the peer it waited for in vain"
 _EARLY_STOP = "early-stop-logged"
 _STOPPED_EARLY = "logged that it stopped training early while the others went on"
 
@@ -246,6 +247,12 @@ def analyze_hang(
     telling = max(
         (c for c in waited if c.subcategory in ("desync", "straggler")), key=lambda c: c.priority, default=None
     )
+    blamed = blamed_by_monitored_barrier(candidates)
+    if blamed is not None and telling is None and barrier_timed_out(candidates) and blamed[0] not in victims - suspects:
+        # a rank's monitoredBarrier named the peer it waited for in vain, and no line names the missing rank itself
+        # (rank 0's "Rank 2 failed to pass monitoredBarrier") nor has the named peer time out: that peer is the
+        # straggler, whatever the other clues say
+        suspects, reason = {blamed[0]}, _BLAMED
     for rank in suspects | silent:
         per_rank.setdefault(rank, {"rank": rank, "note": "no timeout printed"})
     table = tuple(per_rank[r] for r in sorted(per_rank))
@@ -258,3 +265,25 @@ def analyze_hang(
         table,
         telling,
     )
+
+
+_BARRIER_BLAME = "monitored-barrier-peer-errors"
+
+
+def blamed_by_monitored_barrier(candidates: list[Candidate]) -> tuple[int, Candidate] | None:
+    """A rank that reached monitoredBarrier but got errors from a peer names that peer ("Please check rank 0 logs
+    for faulty rank"): with nothing else failing in the logs, the peer named is where the failure is."""
+    reports = [c for c in candidates if c.pattern is not None and c.pattern.id == _BARRIER_BLAME]
+    faulty = {int(c.fields["faulty"]) for c in reports if c.fields.get("faulty", "").isdigit()}
+    if len(faulty) != 1:
+        return None
+    return faulty.pop(), min(reports, key=lambda c: (c.file, c.line))
+
+
+_BARRIER_WAIT_ENDED = {"gloo-timeout", "join-uneven-workload"}
+
+
+def barrier_timed_out(candidates: list[Candidate]) -> bool:
+    """The barrier's errors were a wait running out (gloo's recv timeout, WeNet's join giving up on uneven data),
+    not a peer's connection breaking: the named rank was late, not dead."""
+    return any(c.pattern is not None and c.pattern.id in _BARRIER_WAIT_ENDED for c in candidates)

@@ -24,7 +24,7 @@ from diagnose.decide import (
     infer_rank_from_context,
     signal_subcategory,
 )
-from diagnose.hang import WAIT_EVIDENCE, HangAnalysis
+from diagnose.hang import WAIT_EVIDENCE, HangAnalysis, barrier_timed_out, blamed_by_monitored_barrier
 from diagnose.model import Evidence, Location, Symptom, Verdict
 from diagnose.patterns import Pattern
 from diagnose.ranks import EXCEPTION_LINE, SRUN_TASK_REPORTS, SRUN_TASKS_LINE
@@ -140,18 +140,6 @@ def _decide_verdict(
         )
     if hang is not None:
         suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
-        blamed = _blamed_by_monitored_barrier(candidates)
-        if (
-            blamed is not None
-            and hang.telling is None
-            and _barrier_timed_out(candidates)
-            and blamed[0] not in hang.victims
-        ):
-            # a rank's monitoredBarrier named the peer it waited for in vain, and no line names the missing rank
-            # itself (rank 0's "Rank 2 failed to pass monitoredBarrier") nor has the named peer time out: that peer
-            # is the straggler
-            suspect = blamed[0]
-            hang = replace(hang, suspects=(suspect,))
         if suspect is not None and hang.subcategory == "early_exit":
             what = f"rank {suspect} had already exited without an error"
         elif suspect is not None:
@@ -340,10 +328,10 @@ def _decide_verdict(
             pattern=LAST_RESORT,
             explanation=cast(Pattern, first.pattern).explanation,
         )
-    blamed = _blamed_by_monitored_barrier(candidates)
+    blamed = blamed_by_monitored_barrier(candidates)
     if blamed is not None:
         rank, report = blamed
-        late = _barrier_timed_out(candidates)  # a wait that ran out names a late rank, a broken one a failed rank
+        late = barrier_timed_out(candidates)  # a wait that ran out names a late rank, a broken one a failed rank
         return Verdict(
             category="hang" if late else "unknown",
             subcategory="straggler" if late else None,
@@ -492,28 +480,6 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
 
 # failures to reach what every process needs at start (the rendezvous store): each task meets them alike
 _SHARED_STARTUP = frozenset({"rendezvous", "store"})
-
-
-_BARRIER_BLAME = "monitored-barrier-peer-errors"
-
-
-def _blamed_by_monitored_barrier(candidates: list[Candidate]) -> tuple[int, Candidate] | None:
-    """A rank that reached monitoredBarrier but got errors from a peer names that peer ("Please check rank 0 logs
-    for faulty rank"): with nothing else failing in the logs, the peer named is where the failure is."""
-    reports = [c for c in candidates if c.pattern is not None and c.pattern.id == _BARRIER_BLAME]
-    faulty = {int(c.fields["faulty"]) for c in reports if c.fields.get("faulty", "").isdigit()}
-    if len(faulty) != 1:
-        return None
-    return faulty.pop(), min(reports, key=lambda c: (c.file, c.line))
-
-
-_BARRIER_WAIT_ENDED = {"gloo-timeout", "join-uneven-workload"}
-
-
-def _barrier_timed_out(candidates: list[Candidate]) -> bool:
-    """The barrier's errors were a wait running out (gloo's recv timeout, WeNet's join giving up on uneven data),
-    not a peer's connection breaking: the named rank was late, not dead."""
-    return any(c.pattern is not None and c.pattern.id in _BARRIER_WAIT_ENDED for c in candidates)
 
 
 _SRUN_OWN_EXIT = SRUN_TASKS_LINE + r"Exited with exit code [1-9]"
