@@ -14,6 +14,9 @@ import regex
 
 _SRUN_LABEL = regex.compile(r"\s{0,6}(\d{1,6}): ")
 _RANK = regex.compile(r"\[rank(\d{1,7})\]: ?")
+_RANK_CUT = regex.compile(r"rank(\d{1,7})\]: ")  # `[rankN]: ` that lost its bracket at a paste's first character
+# TorchX tailing a replica's log: `role/replica ` before torchrun's old `[local_rank]:` tag
+_TORCHX = regex.compile(r"[A-Za-z_][\w-]{0,40}/(\d{1,5}) \[(\d{1,5})\]:")
 _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 # Ray's tags on forwarded output: a worker's `(Worker pid=1, ip=...)` (an actor's name may hold `/`:
 # `(model_worker/12 pid=1)`), or Ray's own daemons (`(raylet)`, `(raylet, ip=...)`, `(gcs_server)`) printing a
@@ -45,7 +48,8 @@ _QUOTE = regex.compile(r"> ")
 # (or a YAML dump of the same record: `      message: 'AssertionError: ...'`)
 _JSON_MESSAGE = regex.compile(r'\s*(?:"message": "|message: \')(?=[A-Za-z_][\w.]*(?:Error|Exception)\b)')
 # Determined AI: `<>        [2021-12-07 10:42:15] 1d0cefc1 [rank=1] || msg`
-_DETERMINED = regex.compile(r"<[^>]{0,40}>\s+\[[^\]]{1,40}\]\s+\S{1,40}\s+\[rank=(\d{1,7})\] \|\| ")
+# (the `<container>` field and the rank field are left out when a trial's logs are exported: `[ISO time] 1d0cefc1 || `)
+_DETERMINED = regex.compile(r"(?:<[^>]{0,40}>\s+)?\[[^\]]{1,40}\]\s+\S{1,40}\s+(?:\[rank=(\d{1,7})\] )?\|\| ")
 # ...and as its web UI copies a trial's log: `[<timestamp or nothing>] [rank=0] msg`
 _DETERMINED_UI = regex.compile(r"\[[^\]]{0,40}\] \[rank=(\d{1,7})\] ")
 # Markdown bold a poster put around the line that matters (`[rank1]: **RuntimeError: ...**`)
@@ -155,6 +159,10 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
                 local_rank, rank = rank, int(m.group(1))
             else:
                 rank = int(m.group(1)) if rank is None else rank
+        elif pos == 0 and (m := _RANK_CUT.match(line, pos)) is not None:
+            rank = int(m.group(1))
+        elif pos == 0 and (m := _TORCHX.match(line, pos)) is not None:
+            local_rank = int(m.group(2))  # the replica is a node, but not one a rank's host names
         elif (m := _ROLE.match(line, pos)) is not None:
             local_rank = int(m.group(2)) if local_rank is None else local_rank
         elif pos == 0 and (m := _SRUN_LABEL.match(line, pos)) is not None:
@@ -189,7 +197,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             and (m := _DETERMINED.match(line, pos)) is not None
             or (m := _DETERMINED_UI.match(line, pos)) is not None
         ):
-            rank = int(m.group(1))
+            rank = int(m.group(1)) if m.group(1) else rank
         elif pos == 0 and line.startswith("> ") and (m := _QUOTE.match(line, pos)) is not None:
             pass  # a log quoted in a Markdown issue comment
         elif (
