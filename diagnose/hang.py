@@ -50,6 +50,24 @@ def _whole_world(expected: set[int]) -> bool:
     return n > 0 and (n & (n - 1) == 0 or n % 8 == 0)
 
 
+def _odd_call_site(timeouts: list[Candidate]) -> set[int]:
+    """Without the NCCL watchdog's SeqNum and op (gloo prints neither), the tracebacks of the timed-out waits say
+    where each rank waited: when several ranks share one place in the code and a single rank waited somewhere
+    else (a collective only it called, a step it skipped), that rank took another code path."""
+    sites: dict[int, set[tuple[str, int]]] = {}
+    for c in timeouts:
+        if c.from_traceback and c.rank is not None and c.code_file and c.code_line is not None:
+            sites.setdefault(c.rank, set()).add((c.code_file, c.code_line))
+    by_site: dict[tuple[str, int], set[int]] = {}
+    for rank, where in sites.items():
+        if len(where) == 1:
+            by_site.setdefault(next(iter(where)), set()).add(rank)
+    if len(by_site) != 2:
+        return set()
+    alone, crowd = sorted(by_site.values(), key=len)
+    return alone if len(alone) == 1 and len(crowd) >= 2 else set()
+
+
 def ranks_that_left(
     candidates: list[Candidate], seen: set[int], launcher_failed: set[int] | None, world: int = 0
 ) -> set[int]:
@@ -179,6 +197,8 @@ def analyze_hang(
         alone, crowd = sorted(by_signature.values(), key=len)
         if len(crowd) >= 2:
             odd_one = alone
+    if not odd_one and (odd_one := _odd_call_site(timeouts)):
+        subcategory = subcategory or "desync"
     behind: set[int] = set()
     seqs = {r: _int(str(e["seq"])) for r, e in per_rank.items() if e.get("seq")}
     same_group = bool(seqs) and all(r in groups for r in seqs) and len({groups[r] for r in seqs}) == 1

@@ -455,7 +455,13 @@ def _refine_dataloader_worker_relays(candidates: list[Candidate]) -> None:
     the worker could not import a module (the environment lacks a package: `import`)."""
     relays = [c for c in candidates if c.pattern is not None and c.pattern.id == _WORKER_RELAY and c.role == "root"]
     for relay in relays:
-        for c in _raised_under(relay, candidates, _WORKER_TRACEBACK):
+        # another rank's relay printed right below (two ranks' loaders failing alike) is a failure of its own
+        details = [
+            c
+            for c in _raised_under(relay, candidates, _WORKER_TRACEBACK)
+            if c.pattern is not relay.pattern and (c.rank is None or relay.rank is None or c.rank == relay.rank)
+        ]
+        for c in details:
             if c.category == "import":  # a module the worker could not import: the environment, not the data
                 relay.role = "symptom"
             else:

@@ -142,6 +142,8 @@ def _decide_verdict(
         suspect = hang.suspects[0] if len(hang.suspects) == 1 else None
         if suspect is not None and hang.subcategory == "early_exit":
             what = f"rank {suspect} had already exited without an error"
+        elif suspect is not None and hang.subcategory == "desync":
+            what = f"rank {suspect} waited in a different collective than the others"
         elif suspect is not None:
             what = f"rank {suspect} never arrived"
         elif hang.suspects:

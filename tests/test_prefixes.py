@@ -18,6 +18,14 @@ QWEN_OOM = (
     "True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
 )
 IDX = "FileNotFoundError: [Errno 2] No such file or directory: '/work/guanhua/dataset/index-cache/43d5bc1477867ae12d66da383c2b664b_doc_idx.npy'"
+DIFFSYNTH_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.30 GiB. GPU 4 has a total capacity o"
+    "f 94.99 GiB of which 861.06 MiB is free. Including non-PyTorch memory, this process has 94.14 GiB me"
+    "mory in use. Of the allocated memory 85.75 GiB is allocated by PyTorch, and 3.97 GiB is reserved by "
+    "PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_"
+    "CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (htt"
+    "ps://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
 CASES = [
     # (line, rank, local_rank, task, host, text)
     (
@@ -125,6 +133,32 @@ CASES = [
         None,
         "slurmstepd-vm: error: *** STEP 88.0 ON vm CANCELLED AT 2026-11-30T03:52:36 DUE TO TIME LIMIT ***",
     ),  # slurm-srun-per-rank-time-limit: slurmstepd's message under task 0's label is not task 0's output
+    (
+        "[2023-06-06T22:43:59.394824Z] e97cfa1e || TypeError: evaluate() got an unexpected keyword argument 'save_best'",
+        None,
+        None,
+        None,
+        None,
+        "TypeError: evaluate() got an unexpected keyword argument 'save_best'",
+    ),  # public-determined-mmdet-model-hub-evaluate-unexpected-kwarg-save-best: an exported trial log, no rank field
+    (
+        "main_train/0 [1]:RuntimeError: unique_by_key: failed on 2nd step: cudaErrorIllegalAddress: an illegal memory "
+        "access was encountered",
+        None,
+        1,
+        None,
+        None,
+        "RuntimeError: unique_by_key: failed on 2nd step: cudaErrorIllegalAddress: an illegal memory access was "
+        "encountered",
+    ),  # public-torchrec-nvt-backward-illegal-address-rank1: TorchX's role/replica, torchrun's local rank
+    (
+        "rank4]: " + DIFFSYNTH_OOM,
+        4,
+        None,
+        None,
+        None,
+        DIFFSYNTH_OOM,
+    ),  # public-diffsynth-wan21-t2v-14b-lora-720p-8xh100-oom-rank4-one-line: the paste lost the first bracket
 ]
 
 
