@@ -95,7 +95,7 @@ def _decide_verdict(
         folded = any(_RAY_DEDUP.search(c.text.rstrip()) for c in root.candidates)
         if folded:
             ranks = []
-        if not ranks and first.category not in EVERY_PROCESS_FAILS:
+        if not ranks and first.category not in EVERY_PROCESS_FAILS and not _compile_error(first):
             # The one rank the launcher saw fail is the writer of an error printed once, and the best
             # estimate for a runtime error several processes printed. A startup error every process hits
             # alike (a bad argument, a missing file or module) belongs to no one rank, even when only one
@@ -478,6 +478,15 @@ def _traceback_owner_after(first: Candidate, events: pl.DataFrame) -> list[int]:
     if row.get("pid") is not None and any(p != row["pid"] for p in between.to_list()):
         return sorted(owners) if owners == {row.get("device")} else []
     return sorted(owners)
+
+
+_COMPILE_ERRORS = regex.compile(r"\s*(?:SyntaxError|IndentationError|TabError): ")
+
+
+def _compile_error(first: Candidate) -> bool:
+    """Python refusing to compile a module stops every process that imports it, before any rank exists: the one
+    local rank a launcher names only died first."""
+    return _COMPILE_ERRORS.match(first.text) is not None
 
 
 # failures to reach what every process needs at start (the rendezvous store): each task meets them alike

@@ -161,8 +161,9 @@ def report(facts: JobFacts, node: str = "") -> list[Path]:
         stem = files[0].name.rsplit(".", 1)[0]
         md, js = files[0].with_name(f"{stem}.report.md"), files[0].with_name(f"{stem}.report.json")
         record = files[0].with_name(f"{stem}.sacct.txt")
-    write_atomic(js, render_json(diagnosis) + "\n")
+    # the Markdown first: watchers wait for report.json to appear, and both files are there once it has
     write_atomic(md, render_markdown(diagnosis))
+    write_atomic(js, render_json(diagnosis) + "\n")
     # the job's record beside its logs: `diagnose` reads it when the logs are looked at later, away from sacct
     saved = slurmcmd.output(["sacct", "-j", facts.job_id, "-P", "-o", SACCT_RECORD_FIELDS], SLURM_TIMEOUT_S)
     if saved.startswith("JobID|"):
