@@ -23,7 +23,7 @@ import regex
 
 from diagnose.discover import LogFile
 from diagnose.patterns import group_value
-from diagnose.prefixes import EMPTY, Prefix, split_prefix
+from diagnose.prefixes import BRACKET_FIELDS_RANK, EMPTY, Prefix, split_prefix
 from diagnose.rankset import parse_ranks
 from diagnose.readers import encodable, read_log
 from diagnose.scan import Hit, Scanner
@@ -380,9 +380,7 @@ def _attribute_sections(rows: list[dict[str, Any]]) -> None:
 _NON_SPACE = regex.compile(rb"\S")  # a search stops at the first byte; bytes.strip() would copy the file
 
 
-_FIELDS_CENSUS = regex.compile(
-    rb"(?m)^\[(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?\](?:\[[^\[\]\n]{1,60}\]){0,4}?\[(?:rank|r)=?(\d{1,7})\] "
-)
+_FIELDS_CENSUS = regex.compile(rb"(?m)^" + BRACKET_FIELDS_RANK.encode())
 
 
 def _census(data: bytes) -> set[tuple[int | None, int | None, int | None]]:

@@ -102,9 +102,11 @@ _TRTLLM = regex.compile(r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\](?: \[RA
 _BRACKET_LEVEL = regex.compile(r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ")  # `[INFO] OSError: ...`
 # a trainer's own logging header of bracketed fields, time first and the rank among them:
 # `[2026-12-01 01:08:12,419][tinyasr.data][INFO][rank1] msg`, `[00:31:08.223][tinyrl.trainer][INFO][r0] msg`
-_BRACKET_FIELDS_RANK = regex.compile(
-    r"\[(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?\](?:\[[^\[\]]{1,60}\]){0,4}?\[(?:rank|r)=?(\d{1,7})\] "
+# (the census of ranks in ingest.py looks for the same header at line starts in a file's bytes)
+BRACKET_FIELDS_RANK = (
+    r"\[(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?\](?:\[[^\[\]\n]{1,60}\]){0,4}?\[(?:rank|r)=?(\d{1,7})\] "
 )
+_BRACKET_FIELDS_RANK = regex.compile(BRACKET_FIELDS_RANK)
 _MAX_STACK = 6
 _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so")
 # c10 / glog headers (month without a leading zero in some builds: `[E817 ...`):
