@@ -89,6 +89,9 @@ _CTIME = regex.compile(
 )
 # a logging format with the rank as its first column: ParlAI's `rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | msg`
 _RANK_COLUMN = regex.compile(r"rank:\s{0,3}(\d{1,7}) \| ")
+# loguru-style columns after a time: `2026-12-01 03:57:40,832 | INFO    | rank1 | module:152 - msg`
+_PIPE_LEVEL = regex.compile(r"\| (?:TRACE|DEBUG|INFO|SUCCESS|WARNING|WARN|ERROR|CRITICAL) *\| ")
+_PIPE_RANK = regex.compile(r"rank[:=]? ?(\d{1,7}) *\| ")
 _LEVEL_COLUMN = regex.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \| ")
 # OLMo's logging header: `CRITICAL [olmo.util:158, rank=0] msg` (the level may be padded)
 _SOURCE_RANK = regex.compile(
@@ -213,7 +216,15 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0)[:1]
         elif pos == 0 and (m := _STREAM_TAG.match(line, pos)) is not None:
             host = m.group(1)
-        elif pos == 0 and (m := _RANK_COLUMN.match(line, pos)) is not None:
+        elif time is not None and level is None and (m := _PIPE_LEVEL.match(line, pos)) is not None:
+            level = m.group(0)[2:3]
+        elif (
+            time is not None
+            and rank is None
+            and (m := _PIPE_RANK.match(line, pos)) is not None
+            or pos == 0
+            and (m := _RANK_COLUMN.match(line, pos)) is not None
+        ):
             rank = int(m.group(1))
         elif rank is not None and (m := _LEVEL_COLUMN.match(line, pos)) is not None:
             level = level or m.group(0)[:1]

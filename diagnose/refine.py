@@ -452,7 +452,7 @@ def _refine_dataloader_worker_relays(candidates: list[Candidate]) -> None:
     """The DataLoader re-raises a worker's exception as `X: Caught X in DataLoader worker process N.` with the
     worker's original traceback under it. That line says where it happened (loading data); the original message
     under it, however specific (a tensor size in a collate function), is its detail, not a second failure, unless
-    the worker could not import a module (the environment lacks a package: `import`)."""
+    the worker could not import a module (the environment lacks a package: `import`) or initialise CUDA."""
     relays = [c for c in candidates if c.pattern is not None and c.pattern.id == _WORKER_RELAY and c.role == "root"]
     for relay in relays:
         # another rank's relay printed right below (two ranks' loaders failing alike) is a failure of its own
@@ -462,7 +462,9 @@ def _refine_dataloader_worker_relays(candidates: list[Candidate]) -> None:
             if c.pattern is not relay.pattern and (c.rank is None or relay.rank is None or c.rank == relay.rank)
         ]
         for c in details:
-            if c.category == "import":  # a module the worker could not import: the environment, not the data
+            if c.category in ("import", "cuda_error"):
+                # a module the worker could not import, CUDA it could not initialise (a forked worker touching the
+                # GPU): the environment, not the data
                 relay.role = "symptom"
             else:
                 c.role = "symptom"

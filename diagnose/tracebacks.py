@@ -299,6 +299,9 @@ def phase_of(frames: tuple[Frame, ...], cut: bool = False) -> str | None:
         # an optimizer or LR scheduler checking its hyperparameters (`if not 0.0 <= lr`) or calling the schedule
         # with the configured values as it is built
         return "arguments"
+    if any(f.func == "get_lr" and f.path.replace("\\", "/").endswith("torch/optim/lr_scheduler.py") for f in frames):
+        # the schedule computing a step's rate from its configured lengths (warmup as long as the run divides by zero)
+        return "arguments"
     if frames and _CONFIG_MODULE.search(_innermost_own(frames).path.replace("\\", "/")):
         return "arguments"
     if (

@@ -159,6 +159,14 @@ CASES = [
         None,
         DIFFSYNTH_OOM,
     ),  # public-diffsynth-wan21-t2v-14b-lora-720p-8xh100-oom-rank4-one-line: the paste lost the first bracket
+    (
+        "2026-12-01 03:57:40,832 | INFO    | rank1 | lmtrain.trainer:152 - token budget reached (16316 >= 16000) at step 6",
+        1,
+        None,
+        None,
+        None,
+        "lmtrain.trainer:152 - token budget reached (16316 >= 16000) at step 6",
+    ),  # gpu11-token-budget-hang: loguru-style columns after the time
 ]
 
 
