@@ -62,9 +62,15 @@ def _odd_call_site(timeouts: list[Candidate]) -> set[int]:
     for rank, where in sites.items():
         if len(where) == 1:
             by_site.setdefault(next(iter(where)), set()).add(rank)
-    if len(by_site) != 2:
+    return _lone_rank(list(by_site.values()))
+
+
+def _lone_rank(groups: list[set[int]]) -> set[int]:
+    """Ranks split between exactly two places to wait: one rank alone against two or more together is the one that
+    went another way."""
+    if len(groups) != 2:
         return set()
-    alone, crowd = sorted(by_site.values(), key=len)
+    alone, crowd = sorted(groups, key=len)
     return alone if len(alone) == 1 and len(crowd) >= 2 else set()
 
 
@@ -192,11 +198,7 @@ def analyze_hang(
     reported_desync = any(c.subcategory == "desync" for c in waited)  # c10d's own collective fingerprint check
     subcategory = "desync" if len(by_signature) > 1 or reported_desync else None
     # the one rank whose collective differs from what several others wait in took another code path
-    odd_one: set[int] = set()
-    if len(by_signature) == 2 and sorted(len(ranks) for ranks in by_signature.values())[0] == 1:
-        alone, crowd = sorted(by_signature.values(), key=len)
-        if len(crowd) >= 2:
-            odd_one = alone
+    odd_one = _lone_rank(list(by_signature.values()))
     if not odd_one and (odd_one := _odd_call_site(timeouts)):
         subcategory = subcategory or "desync"
     behind: set[int] = set()
