@@ -46,7 +46,9 @@ TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR
 
 
 def best_pattern_per_line(events: pl.DataFrame, patterns: dict[str, Pattern]) -> dict[tuple[str, int], Row]:
-    """When one line matches several signatures, the highest priority wins (specific beats generic)."""
+    """When one line matches several signatures, the highest priority wins (specific beats generic). A physical
+    line that is several records glued together (a paste whose line breaks were lost: an exception, then the
+    launcher's teardown records) holds several messages: there an error beats the symptoms printed after it."""
     best: dict[tuple[str, int], Row] = {}
     for row in events.filter(pl.col("kind") == "pattern").iter_rows(named=True):
         pattern = patterns.get(row["pattern"])
@@ -54,7 +56,14 @@ def best_pattern_per_line(events: pl.DataFrame, patterns: dict[str, Pattern]) ->
             continue
         key = (row["file"], row["line"])
         current = best.get(key)
-        if current is None or pattern.priority > patterns[current["pattern"]].priority:
+        if current is None:
+            best[key] = row
+            continue
+        held = patterns[current["pattern"]]
+        if current["text"] != row["text"] and (held.role == "root") != (pattern.role == "root"):
+            if pattern.role == "root":
+                best[key] = row
+        elif pattern.priority > held.priority:
             best[key] = row
     return best
 

@@ -72,6 +72,12 @@ _LEVEL = regex.compile(r" ?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?:[\w.<>-]
 # mpirun --tag-output `[1,3]<stderr>:`, horovodrun's `[3]<stderr>:` and SageMaker's `[1,mpirank:3,algo-1]<stderr>:`
 # (jobid, rank, host)
 _MPI_TAG = regex.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,([\w.-]+))?\]<std(?:out|err)>: ?")
+# ...and the bare `[3] ` of launchers that tag each line with the rank alone (horovodrun, an mpirun wrapper), at
+# a line's start. The same shape is NCCL's header with `host:pid:tid` cut off (`[3] NCCL INFO ...`: a device) and
+# Open MPI's signal handler (`[82362] Signal: Segmentation fault (11)`: a pid), so text like theirs behind it
+# leaves the tag unread.
+_BARE_RANK_TAG = regex.compile(r"\[(\d{1,6})\](?: |$)")
+_NOT_A_RANK_AFTER = regex.compile(r"NCCL |[\w/.-]+:\d+ NCCL |\*\*\*|Signal|Failing at address|\[ ?\d+\] ")
 # a wall-clock stamp a log collector or logging formatter put in front: `2024-11-20 14:37:16 [rank3]: ...`; a wide gap
 # after it is a column (CloudWatch's export pads to one), not the indent of a traceback line; a container runtime's
 # stamp may end in a tab (`2021-07-26T14:09:27.84205038Z\t  File ...`)
@@ -230,6 +236,12 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0)[:1]
         elif (m := _MPI_TAG.match(line, pos)) is not None:
             rank, host = int(m.group(1)), host or m.group(2)
+        elif (
+            pos == 0
+            and (m := _BARE_RANK_TAG.match(line, pos)) is not None
+            and not _NOT_A_RANK_AFTER.match(line, m.end())
+        ):
+            rank = int(m.group(1))
         elif (m := _BRACKET_LEVEL.match(line, pos)) is not None:
             level = level or m.group(0)[1:2]
         elif (m := _BRACKET_FIELDS_RANK.match(line, pos)) is not None:
@@ -282,6 +294,8 @@ _GLUE = regex.compile(
     r"\[(?:default|rank)\d{1,7}\]:|(?<=[^\s:])torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"
     # a terminal paste whose line breaks became a run of spaces: the exception line after the last code line
     r"|(?<=\S {20,})(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): "
+    # ...or whose line breaks became single spaces: torchelastic's glog header starts each of the agent's records
+    r"|(?<=\S )[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [\w/.-]+:\d+\] "
 )
 
 

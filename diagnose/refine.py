@@ -50,6 +50,7 @@ def _below(later: Candidate, earlier: Candidate, lines: int) -> bool:
 
 # a spawned child's start-up data ending early: the parent that was sending it went away
 _START_DATA_CUT = regex.compile(r"\s*(?:_pickle\.UnpicklingError|EOFError|ConnectionResetError|BrokenPipeError)\b")
+_BARE_EOF = regex.compile(r"\s*EOFError\s*$")  # the pipe closed: nothing said but that the other end is gone
 
 
 def refine_by_phase(candidates: list[Candidate]) -> None:
@@ -81,6 +82,11 @@ def refine_by_phase(candidates: list[Candidate]) -> None:
         for c in peers_gone:
             c.role, c.category = "symptom", "killed"
         _promote_first_srun_kill(candidates)
+    for c in peers_gone:
+        if _BARE_EOF.match(c.text):
+            # with no kill in the logs either, a parent's bare EOFError on a worker's pipe (stable-baselines3's
+            # SubprocVecEnv, a Pool) says only that the worker died; its own error is not here
+            c.role, c.category = "symptom", "unknown"
     for c in candidates:
         if c.from_traceback and c.phase == "child_start" and c.role == "root" and _START_DATA_CUT.match(c.text):
             # the child could not even read what its parent sent it: the parent died first (a MemoryError there

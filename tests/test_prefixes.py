@@ -167,6 +167,39 @@ CASES = [
         None,
         "lmtrain.trainer:152 - token budget reached (16316 >= 16000) at step 6",
     ),  # gpu11-token-budget-hang: loguru-style columns after the time
+    (
+        "[1] tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled cuda error",
+        1,
+        None,
+        None,
+        None,
+        "tensorflow.python.framework.errors_impl.UnknownError: ncclCommInitRank failed: unhandled cuda error",
+    ),  # public-deepmd-horovodrun-2gpu-broadcast-ncclcomminitrank-cuda-error-rank1: horovodrun's bare rank tag
+    (
+        "[56] crow-ib-new-nccl-262-b-7:7240:7401 [0] misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed "
+        "with error Invalid argument",
+        56,
+        None,
+        None,
+        "crow-ib-new-nccl-262-b-7",
+        "misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed with error Invalid argument",
+    ),  # known-gaps/public-nccl-262-mixed-ib-roce-ibv-modify-qp-invalid-argument-rank56: the tag before NCCL's header
+    (
+        "[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+        None,
+        None,
+        None,
+        None,
+        "[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+    ),  # public-kubeflow-tf-nccl-shm-posix-fallocate-no-space: NCCL's header cut to its device
+    (
+        "[82362] Signal: Segmentation fault (11)",
+        None,
+        None,
+        None,
+        None,
+        "[82362] Signal: Segmentation fault (11)",
+    ),  # public-pytorch-mpi-backend-openmpi-segfault-handler: Open MPI's handler tags its lines with the pid
 ]
 
 
