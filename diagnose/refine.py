@@ -315,9 +315,10 @@ def refine_crash_after_nccl_failure(candidates: list[Candidate]) -> None:
             c.role, c.subcategory = "symptom", CRASH_AFTERMATH
 
 
-# Exceptions whose message says little next to the source line that raised them: a bare assert, a missing key,
-# a division by zero (`rank % num_gpus` with no GPU visible), a syntax error (in a file that is a shell script).
-_SOURCE_TELLS = regex.compile(r"\s*(?:AssertionError\s*$|KeyError:|ZeroDivisionError:|SyntaxError:)")
+# Exceptions whose message says little next to the source line that raised them: a bare assert, a missing key or
+# index (`parallel_devices[local_rank]`), a division by zero (`rank % num_gpus` with no GPU visible), a syntax error
+# (in a file that is a shell script).
+_SOURCE_TELLS = regex.compile(r"\s*(?:AssertionError\s*$|KeyError:|IndexError:|ZeroDivisionError:|SyntaxError:)")
 
 
 _LAUNCHER_REPORT = "launcher_report"
