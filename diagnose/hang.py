@@ -65,6 +65,13 @@ def _odd_call_site(timeouts: list[Candidate]) -> set[int]:
     return _lone_rank(list(by_site.values()))
 
 
+_PEER_CLOSED = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed"})
+
+
+def _peer_closed(candidates: list[Candidate]) -> set[int]:
+    return {c.rank for c in candidates if c.pattern is not None and c.pattern.id in _PEER_CLOSED and c.rank is not None}
+
+
 def _lone_rank(groups: list[set[int]]) -> set[int]:
     """Ranks split between exactly two places to wait: one rank alone against two or more together is the one that
     went another way."""
@@ -230,7 +237,10 @@ def analyze_hang(
     elif never_entered:
         suspects, reason = never_entered, "last enqueued work == last completed work: never entered the collective"
     elif terminated - victims:
-        suspects, reason = terminated - victims, "printed no timeout and was still running when torchrun stopped it"
+        # a rank whose collective broke when a timed-out peer exited (gloo's "Connection closed by peer") was in it
+        # too; the stopped rank that printed neither is the one that never came
+        suspects = (terminated - victims - _peer_closed(candidates)) or (terminated - victims)
+        reason = "printed no timeout and was still running when torchrun stopped it"
     elif left and launcher_failed:
         suspects, reason = (
             left,
