@@ -45,7 +45,9 @@ _PEER_GONE = frozenset({"gloo-peer-closed", "nccl-socket-peer-closed", "nccl-rem
 # a line that only calls itself an error: quoted when nothing else is, never a category of its own
 LAST_RESORT = "error-line"
 # lines a library prints while it still retries; the error it gives up with, when the paste has it, says more
-_RETRY_NOTICES = frozenset({"nccl-connect-retrying"})
+# warnings that yield to any other: a retry notice to the error after it, NCCL's `file.cc:N -> 2` return trace to
+# the WARN that says what failed
+_YIELDING_WARNINGS = frozenset({"nccl-connect-retrying", "nccl-error-return-trace"})
 
 
 def _failed_exits(events: pl.DataFrame) -> list[dict[str, object]]:
@@ -239,8 +241,8 @@ def _decide_verdict(
     warned = [c for c in warned if cast(Pattern, c.pattern).id != LAST_RESORT]
     if warned:
         # Nothing raised and nothing timed out, but a library warned (NCCL_DEBUG output of a failed
-        # bootstrap): far more likely the cause than a healthy run. A retry notice yields to the error after it.
-        first = _earliest([c for c in warned if cast(Pattern, c.pattern).id not in _RETRY_NOTICES] or warned)
+        # bootstrap): far more likely the cause than a healthy run.
+        first = _earliest([c for c in warned if cast(Pattern, c.pattern).id not in _YIELDING_WARNINGS] or warned)
         if _after_nccl_abort(first, candidates):
             # NCCL had already aborted this process's communicators ("- Abort COMPLETE"): its warnings are the
             # teardown of a failure these logs do not show
