@@ -85,6 +85,8 @@ _STAMP = regex.compile(
     r"\[?\d{4}([-/])\d\d\1\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?[,:]?(?: {10,}| |\t)"
 )
 _DMESG = regex.compile(r"\[\s*\d+\.\d+\] ")
+# Open MPI's own messages carry the writing process as `[host:pid] ` (`[g2-nasp:24252] *** An error occurred in ...`)
+_OMPI_PROCESS = regex.compile(r"\[([\w.-]{1,63}):(\d{1,8})\] ")
 # the ROCm runtime's (CLR) log header: `:0:rocdevice.cpp            :2984: 13356666806077 us: [pid:1843  tid:0x7fb7] `
 _ROCM_CLR = regex.compile(r":\d:[\w.]+\s*:\d+\s*: \d+ us: (?:\[pid:(\d+)\s+tid:0x[0-9a-f]+\] )?")
 # Ray's C++ log lines: `[2024-07-25 10:46:00,050 E 24036 24036] logging.cc:440: msg`
@@ -260,6 +262,8 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level = level or m.group(0).strip()[:1]
         elif (m := _DMESG.match(line, pos)) is not None:
             pass
+        elif pos == 0 and (m := _OMPI_PROCESS.match(line, pos)) is not None and _looks_like_host(m.group(1)):
+            host, pid = m.group(1), int(m.group(2))
         elif (m := _ROCM_CLR.match(line, pos)) is not None:
             pid = pid if pid is not None or not m.group(1) else int(m.group(1))
         elif (m := _HOST.match(line, pos)) is not None and _looks_like_host(m.group(1)):
