@@ -200,6 +200,14 @@ CASES = [
         None,
         "[82362] Signal: Segmentation fault (11)",
     ),  # public-pytorch-mpi-backend-openmpi-segfault-handler: Open MPI's handler tags its lines with the pid
+    (
+        "[g2-nasp:24252] *** MPI_ERR_ROOT: invalid root",
+        None,
+        None,
+        None,
+        "g2-nasp",
+        "*** MPI_ERR_ROOT: invalid root",
+    ),  # public-mpi-backend-two-node-reduce-mpi-err-root-rank0: Open MPI's `[host:pid]` on its error block
 ]
 
 
