@@ -41,6 +41,7 @@ from diagnose.refine import (
 from diagnose.tracebacks import SIGNAL_NAMES, status_signal
 
 _HANG_PATTERNS = ("nccl-watchdog-timeout", "gloo-timeout")
+_IGNORED_NOTICE = "exception-ignored-notice"
 # Signals a launcher or scheduler sends to stop survivors; any other signal death is a rank's own failure.
 TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"}
 
@@ -152,7 +153,10 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
         )
         if pattern is not None and pattern.role == "context" and _raised_catch_all(pattern):
             raised.role = "root"  # a raised exception whose words only a catch-all knows is still the failure
+        if (best.get((row["file"], row["line"] - 1)) or {}).get("pattern") == _IGNORED_NOTICE:
+            raised.role = "symptom"  # printed under `Exception ignored in:` (a finaliser, shutdown): dropped by Python
         candidates.append(raised)
+    candidates.extend(_raising_statements(events, best, patterns, make))
     inside = _traceback_bodies(events)
     for key, row in best.items():
         # a source line quoted inside a traceback (`raise RuntimeError(f"NCCL error: ...")`) is code, not a log line
@@ -177,6 +181,40 @@ def build_candidates(events: pl.DataFrame, patterns: dict[str, Pattern]) -> list
     refine_chained_causes(candidates)
     candidates.extend(_exit_candidates(events, candidates))
     return candidates
+
+
+RAISING_STATEMENT = regex.compile(r"(?:raise|assert)\b")
+_CUT_BODY = 200  # lines a cut traceback's frames may span
+
+
+def _raising_statements(
+    events: pl.DataFrame, best: dict[tuple[str, int], Row], patterns: dict[str, Pattern], make: Any
+) -> list[Candidate]:
+    """A traceback cut before its exception line still prints the statement that raised
+    (`raise Exception("Could not find the transformer layer class to wrap in the model.")`): a root signature on
+    that statement names the failure the missing line would have."""
+    found = []
+    for row in cut_tracebacks(events).iter_rows(named=True):
+        source = json.loads(row["fields"] or "{}").get("source") or ""
+        if not RAISING_STATEMENT.match(source):
+            continue
+        hit = next(
+            (
+                b
+                for (file, line), b in best.items()
+                if file == row["file"] and 0 < line - row["line"] <= _CUT_BODY and b["text"].strip() == source
+            ),
+            None,
+        )
+        if hit is not None and patterns[hit["pattern"]].role == "root":
+            found.append(
+                make(
+                    {**hit, "grank": hit["grank"] if hit["grank"] is not None else row["grank"]},
+                    patterns[hit["pattern"]],
+                    source,
+                )
+            )
+    return found
 
 
 def cut_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
@@ -506,13 +544,29 @@ _REPORTS_ERROR_BELOW = frozenset({"transformers-lazy-import"})
 _WRAPPED_ERROR_LINES = 3
 
 
+# a process finding no GPU, and the failures of CUDA's start-up that explain it
+_NO_GPU_SEEN = frozenset({"deepspeed-no-gpu-resources", "no-cuda-gpus"})
+_DRIVER_FAILURES = frozenset({"cuda-driver-init-failed", "cuda-driver-too-old"})
+
+
 def _explained_by(chosen: Incident, roots: list[Incident]) -> Incident | None:
     """A wrapper's line (transformers' "Failed to import X because of the following error") is explained by the
     error it prints under itself. NCCL's generic result codes ("unhandled cuda error", "internal error") only say
     a CUDA or system call failed; a line of the same writer just before the exception (or its "Last error:" detail
     just under it) that names the failure with another category (NCCL's `Cuda failure 'out of memory'`) is the
-    cause."""
+    cause. A process that found no GPU is explained by CUDA's failed start-up reported above it."""
     first = chosen.first
+    if first.pattern is not None and first.pattern.id in _NO_GPU_SEEN:
+        # "no GPU resources available": torch's warning above it that CUDA could not start says why
+        driver = [
+            i
+            for i in roots
+            if i.first.pattern is not None
+            and i.first.pattern.id in _DRIVER_FAILURES
+            and i.first.file == first.file
+            and i.first.line < first.line
+        ]
+        return min(driver, key=lambda i: i.first.line, default=None)
     if first.pattern is not None and first.pattern.id in _REPORTS_ERROR_BELOW:
         # a wrapper that prints the error it caught on its next lines: a signature there names it
         below = [

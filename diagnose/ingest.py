@@ -204,6 +204,8 @@ def _fill_traceback(row: dict[str, Any], text: str, tb: Traceback, exception_lin
             {
                 "exc_type": tb.exc_type or "",
                 "phase": output_phase(tb.exc_type, tb.source) or phase_of(tb.frames, cut=not tb.exception) or "",
+                # a traceback cut before its exception line still shows the statement that raised (diagnose/decide.py)
+                **({"source": tb.source.strip()[:MAX_TEXT]} if tb.source and not tb.exception else {}),
             }
         ),
     )

@@ -17,6 +17,7 @@ import regex
 
 from diagnose.candidates import EVERY_PROCESS_FAILS, GENERIC_PRIORITY, Candidate, Incident
 from diagnose.decide import (
+    RAISING_STATEMENT,
     TEARDOWN_SIGNALS,
     UNSPECIFIC_NCCL,
     cut_tracebacks,
@@ -292,13 +293,18 @@ def _decide_verdict(
         # A traceback began but its exception line is not in the logs (a paste cut short): a failure, not "ok".
         row = cut.sort("line").row(0, named=True)
         where = f"rank {row['grank']}" if row["grank"] is not None else "a process"
-        phase = json.loads(row["fields"] or "{}").get("phase") or None
+        fields = json.loads(row["fields"] or "{}")
+        phase = fields.get("phase") or None
+        # the statement that raised, when the frames end on one (`assert len(set(dtypes)) == 1`), is the failure
+        raising = fields.get("source") if RAISING_STATEMENT.match(fields.get("source") or "") else None
         return Verdict(
-            category=PHASE_CATEGORY.get(phase or "", "unknown"),  # the frames show what it was doing
+            # the frames show what it was doing; a failed assert or a raise of the code's own is its bug otherwise
+            category=PHASE_CATEGORY.get(phase or "", "code" if raising else "unknown"),
             title=f"{where} raised an exception whose last line is not in these logs",
             rank=row["grank"],
             ranks=tuple(sorted({r for r in cut.get_column("grank").to_list() if r is not None})),
             host=row["host"],
+            exception=raising,
             location=Location(row["code_file"], row["code_line"]) if row["code_file"] and row["code_line"] else None,
             confidence="low",
             explanation="A Python traceback started but was cut before its exception line; the frames show where.",
@@ -691,7 +697,31 @@ def _root_line(first: Candidate, candidates: list[Candidate]) -> str | None:
         ]
         if warns:
             return min(warns, key=lambda c: c.line).text
-    return _unglued(first.text, candidates, first.pattern) if first.from_traceback or first.pattern else None
+    if not (first.from_traceback or first.pattern):
+        return None
+    quoted = _unglued(first.text, candidates, first.pattern)
+    if _TYPE_ALONE.fullmatch(quoted) and (detail := _message_below(first, candidates)) is not None:
+        return detail
+    return quoted
+
+
+# an exception printed with an empty first line, its message on the lines below it (CuPy's `ImportError:` then a
+# banner and `Original error:`, litdata's `RuntimeError:` then the worker's own traceback): the first exception
+# line in that message is what failed
+_TYPE_ALONE = regex.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception):\s*")
+_EXCEPTION_WITH_MESSAGE = regex.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): \S")
+_MESSAGE_BODY = 30  # lines
+
+
+def _message_below(first: Candidate, candidates: list[Candidate]) -> str | None:
+    below = [
+        c
+        for c in candidates
+        if c.file == first.file
+        and first.line < c.line <= first.line + _MESSAGE_BODY
+        and _EXCEPTION_WITH_MESSAGE.match(c.text)
+    ]
+    return min(below, key=lambda c: c.line).text.strip() if below else None
 
 
 # an exception line two processes wrote into each other: `torch.distributedtorch.distributed.DistBackendError.: ...`
@@ -782,6 +812,10 @@ def _unglued(text: str, candidates: list[Candidate], pattern: Pattern | None = N
         text = text[cells.end() :].rstrip(" |")
     if text.endswith("`") and text.count("`") % 2:  # the closing mark of a Markdown code span the paste kept
         text = text[:-1].rstrip()
+    if text.endswith('"') and text.count('"') % 2:  # the closing quote of a log a poster quoted, opened lines above
+        text = text[:-1].rstrip()
+    elif text.startswith('"') and text.endswith('"') and _EXCEPTION_WITH_MESSAGE.match(text[1:-1]):
+        text = text[1:-1]  # ...or a line the poster put in quotes of its own
     whole = _GLUED_EXCEPTION_TYPE.sub("", text)
     return whole if whole != text and any(c.text.strip() == whole.strip() for c in candidates) else text
 
