@@ -102,7 +102,7 @@ def read_log(path: Path, stdin_data: bytes | None = None) -> FileData:
         raw = raw.replace(b"\x00", b"")
     if not raw.endswith(b"\n"):
         raw += b"\n"  # last line cut mid-write still counts as a line
-    return FileData(name, _without_editor_numbers(raw), size, tuple(warnings))
+    return FileData(name, _without_common_indent(_without_editor_numbers(raw)), size, tuple(warnings))
 
 
 # ` 13 Traceback ...`: a line number an editor or viewer put in front (not a backtrace's `13 0x7f.. frame`)
@@ -129,3 +129,24 @@ def _without_editor_numbers(raw: bytes) -> bytes:
     for i, m in found:
         lines[i] = lines[i][m.end() :] if lines[i][m.end() - 1 : m.end()] == b" " else lines[i][m.end(1) :]
     return b"\n".join(lines)
+
+
+_COMMON_INDENT_MIN = 4  # a traceback's own frames sit 2 and 4 deep; a paste shifted as a whole, at least this
+
+
+def _without_common_indent(raw: bytes) -> bytes:
+    """A paste indented as a whole (a Markdown list item, a quote in an e-mail reply) shifts every prefix,
+    traceback header and exception line off the start of its line; read (in memory only) without that shift. A
+    job's own log always has lines at column 0, and a paste of frames alone (its shallowest lines `File "..."`)
+    keeps its indentation."""
+    if len(raw) > _EDITOR_NUMBERED_MAX:
+        return raw
+    lines = raw.split(b"\n")
+    depths = {len(line) - len(line.lstrip(b" ")) for line in lines if line.strip()}
+    indent = min(depths, default=0)
+    if indent < _COMMON_INDENT_MIN:
+        return raw
+    shallowest = [line[indent:] for line in lines if line.strip() and not line[indent:].startswith(b" ")]
+    if all(line.startswith(b'File "') for line in shallowest):
+        return raw
+    return b"\n".join(line[indent:] for line in lines)

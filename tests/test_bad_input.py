@@ -167,6 +167,22 @@ def test_editor_line_numbers_are_read_past_but_never_written(tmp_path):
     assert read_log(frames).data == frames.read_bytes()
 
 
+def test_a_paste_indented_as_a_whole_is_read_unshifted_but_never_written(tmp_path):
+    """A paste indented six spaces deep (a list item in an issue) hides its exception lines from the signatures
+    anchored at a line's start; a paste of frames alone keeps its indentation, which is the frames' own."""
+    indented = SAMPLES / "public-rag-end2end-ray-retriever-missing-ctx-encoder-tokenizer" / "pasted.log"
+    log = tmp_path / "paste.log"
+    shutil.copy(indented, log)
+    before = log.read_bytes()
+    verdict = analyze([str(log)]).verdict
+    expected = "AttributeError: 'RagRayDistributedRetriever' object has no attribute 'set_ctx_encoder_tokenizer'"
+    assert (verdict.category, verdict.exception) == ("code", expected)
+    assert log.read_bytes() == before
+    frames = tmp_path / "frames.log"
+    frames.write_text("".join(line for line in before.decode().splitlines(keepends=True) if "File " in line)[:2000])
+    assert read_log(frames).data == frames.read_bytes()
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(min_value=2**63, max_value=10**40))
 def test_numbers_too_big_for_the_frame_never_raise(tmp_path, huge):
