@@ -84,8 +84,12 @@ def _decide_verdict(
 ) -> Verdict:
     if root is not None:
         first = root.first
+        # the same runtime failure printed by several unlabelled processes and no clock to order them: the rank the
+        # launcher saw fail is the answer, not whichever copy a detail line would attribute first
+        copies = len(root.candidates) > 1 and first.ts is None and first.category not in EVERY_PROCESS_FAILS
         ranks = (
             root.ranks
+            or (_sole_failed_rank(events) if copies else [])
             or infer_rank_from_context(root, candidates)
             or _traceback_owner_after(first, events)
             or _srun_task_after(root, events)
