@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -188,32 +189,30 @@ _CUT_BODY = 200  # lines a cut traceback's frames may span
 
 
 def _raising_statements(
-    events: pl.DataFrame, best: dict[tuple[str, int], Row], patterns: dict[str, Pattern], make: Any
+    events: pl.DataFrame,
+    best: dict[tuple[str, int], Row],
+    patterns: dict[str, Pattern],
+    make: Callable[[Row, Pattern, str], Candidate],
 ) -> list[Candidate]:
     """A traceback cut before its exception line still prints the statement that raised
     (`raise Exception("Could not find the transformer layer class to wrap in the model.")`): a root signature on
     that statement names the failure the missing line would have."""
+    cut = [
+        (row, source)
+        for row in cut_tracebacks(events).iter_rows(named=True)
+        if RAISING_STATEMENT.match(source := json.loads(row["fields"] or "{}").get("source") or "")
+    ]
+    if not cut:
+        return []
+    by_text: dict[tuple[str, str], list[tuple[int, Row]]] = defaultdict(list)
+    for (file, line), hit in best.items():
+        by_text[(file, hit["text"].strip())].append((line, hit))
     found = []
-    for row in cut_tracebacks(events).iter_rows(named=True):
-        source = json.loads(row["fields"] or "{}").get("source") or ""
-        if not RAISING_STATEMENT.match(source):
-            continue
-        hit = next(
-            (
-                b
-                for (file, line), b in best.items()
-                if file == row["file"] and 0 < line - row["line"] <= _CUT_BODY and b["text"].strip() == source
-            ),
-            None,
-        )
+    for row, source in cut:
+        hit = next((h for line, h in by_text[(row["file"], source)] if 0 < line - row["line"] <= _CUT_BODY), None)
         if hit is not None and patterns[hit["pattern"]].role == "root":
-            found.append(
-                make(
-                    {**hit, "grank": hit["grank"] if hit["grank"] is not None else row["grank"]},
-                    patterns[hit["pattern"]],
-                    source,
-                )
-            )
+            grank = hit["grank"] if hit["grank"] is not None else row["grank"]
+            found.append(make({**hit, "grank": grank}, patterns[hit["pattern"]], source))
     return found
 
 
