@@ -381,6 +381,7 @@ def refine_retried_lookups(candidates: list[Candidate]) -> None:
 def refine_launcher_reports(candidates: list[Candidate]) -> None:
     """Launchers' and srun's reports of a worker's failure, and uncaught C++ exceptions, read in context."""
     _refine_srun_teardown(candidates)
+    _refine_step_time_limits(candidates)
     _refine_forced_group_kill(candidates)
     _refine_spawn_wrappers(candidates)
     _refine_cpp_exceptions(candidates)
@@ -529,6 +530,32 @@ def _refine_aborts_after_comm_failures(candidates: list[Candidate]) -> None:
             c.role = "symptom"
 
 
+_TIME_LIMIT = "slurm-time-limit"
+
+
+def _refine_step_time_limits(candidates: list[Candidate]) -> None:
+    """slurmstepd reports a time limit twice: `*** JOB 35 ON vm CANCELLED ... DUE TO TIME LIMIT ***` in the batch
+    output and `*** STEP 35.0 ...` in each step's, at the same second. The job's limit is the cause; the step's
+    cancellation is what it did to the step."""
+    limits = [c for c in candidates if c.pattern is not None and c.pattern.id == _TIME_LIMIT]
+    jobs = {c.fields.get("job") for c in limits if c.fields.get("what") == "JOB"}
+    for c in limits:
+        if c.fields.get("what") == "STEP" and (c.fields.get("job") or "").split(".")[0] in jobs:
+            c.role, c.subcategory = "symptom", "teardown"
+
+
+# how srun names a task killed by a signal it did not catch: SIGKILL, or a signal SLURM sent it (`--signal=USR1@60`
+# reaching a process with no handler, a hang-up, an interrupt)
+_SIGNALLED = {
+    "Killed": "sigkill",
+    "User defined signal 1": "sigusr1",
+    "User defined signal 2": "sigusr2",
+    "Hangup": "sighup",
+    "Interrupt": "sigint",
+    "Quit": "sigquit",
+}
+
+
 def _refine_srun_teardown(candidates: list[Candidate]) -> None:
     """When srun itself ends a step (`_step_signal: Terminating StepId=26.0`, after a task died and
     --kill-on-bad-exit), slurmstepd's `*** STEP 26.0 ... CANCELLED ***` is that teardown, not a cancel from
@@ -542,10 +569,11 @@ def _refine_srun_teardown(candidates: list[Candidate]) -> None:
             c.role, c.subcategory = "symptom", "teardown"
         elif (
             c.pattern.id == "srun-task-killed"
-            and c.fields.get("how") == "Killed"
+            and c.fields.get("how") in _SIGNALLED
             and any(_below(e, c, _SRUN_BEFORE_END) for e in ended)
         ):
             c.role, c.priority = "root", SIGNAL_DEATH_PRIORITY
+            c.subcategory = _SIGNALLED[c.fields["how"]]
 
 
 _SPAWN_WRAPPER = regex.compile(r"\s*(?:[\w.]*ProcessRaisedException|Exception):\s*$")
