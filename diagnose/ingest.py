@@ -347,6 +347,29 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
             row["rank"] = rank
 
 
+# a trainer's glog-style header naming its rank and world size after the pid (prefixes._GLOG)
+_OWN_HEADER_RANK = regex.compile(rb"(?m)^[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? \d+ \[(\d{1,6})/\d{1,6}\] ")
+# torchrun's own records, written into the same file by its agent
+_AGENT_RECORD = regex.compile(r"^(?:torchrun-|elastic-)|torch/distributed/elastic")
+
+
+def _attribute_own_header(rows: list[dict[str, Any]], data: bytes) -> None:
+    """A trainer whose logging header names its rank (`I1201 06:43:05.137 597 [1/2] train.py:41] ...`) also writes
+    the unlabelled lines between its records (a kernel's device-side assert, an uncaught C++ exception): when every
+    header in the file names the same rank, and nothing else labels a line, those lines are that rank's. The
+    torchrun agent that shares the file (one worker per agent) keeps its own records."""
+    named = set(_OWN_HEADER_RANK.findall(data[:CENSUS_BYTES])) | set(_OWN_HEADER_RANK.findall(data[-CENSUS_BYTES:]))
+    if len(named) != 1:
+        return
+    rank = int(named.pop())
+    own = [r for r in rows if r["kind"] != "exit" and not _AGENT_RECORD.search(f"{r.get('pattern') or ''} {r['text']}")]
+    if any(r["local_rank"] is not None or r["task"] is not None or r["rank"] not in (None, rank) for r in own):
+        return
+    for row in own:
+        if row["rank"] is None and not row["text"].lstrip().startswith(_JOB_LEVEL_WRITERS):
+            row["rank"] = rank
+
+
 def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:
     """Lines inside a torchrun summary entry (its embedded traceback) belong to that entry's rank."""
     spans = [(r["line"], r["end_line"], r) for r in rows if r["kind"] == "exit"]
@@ -431,6 +454,7 @@ def ingest_file(file: LogFile, display: str, scanner: Scanner, year: int, stdin:
     _attribute_summary_rows(rows)
     _attribute_sections(rows)
     _attribute_single_process(rows)
+    _attribute_own_header(rows, data)
     census = _census(data)
     if _NON_SPACE.search(data):  # a per-rank file that is not empty: its rank ran
         if file.local_rank is not None and file.run_dir is not None:

@@ -123,7 +123,11 @@ _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so
 # c10 / glog headers (month without a leading zero in some builds: `[E817 ...`):
 # `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] `, torchelastic's
 # `E1129 16:48:08.288000 15679 torch/.../api.py:1028] ` and the old `[E ProcessGroupNCCL.cpp:916] `.
-_GLOG = regex.compile(r"\[?[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? )?\s?[\w/.<>-]+:\d+\] ")
+# A trainer's own glog-style header may carry its rank and world size after the pid:
+# `I1201 06:43:05.137 597 [1/2] train.py:41] msg`.
+_GLOG = regex.compile(
+    r"\[?[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?(?: \[(?P<rank>\d{1,6})/\d{1,6}\])? )?\s?[\w/.<>-]+:\d+\] "
+)
 _PROGRAMS = ("slurmstepd", "slurmd", "slurmctld", "srun", "sbatch", "salloc", "scancel", "kernel", "systemd")
 
 
@@ -197,6 +201,7 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
             level, time = m.group(1), m.group(2)
         elif (m := _GLOG.match(line, pos)) is not None:
             level, time = line[pos : pos + 2].strip("[")[:1], m.group(0)
+            rank = int(m.group("rank")) if rank is None and m.group("rank") else rank
         elif (m := _NCCL_HEADER.match(line, pos)) is not None:
             host, pid, device = host or m.group(1) or None, int(m.group(2)), int(m.group(3))
         elif pos == 0 and (m := _COMPOSE.match(line, pos)) is not None and _looks_like_host(m.group(1)):

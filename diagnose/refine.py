@@ -157,12 +157,16 @@ def refine_by_timeout_detail(candidates: list[Candidate]) -> None:
 _COMPILE_WRAPPER = "torch-compile-error"
 
 
+_TRACED_OP = regex.compile(r"Failed running|when making fake tensor call")
+
+
 def refine_compile_wrappers(candidates: list[Candidate]) -> None:
     """torch.compile tracing an operation that fails re-raises the eager error inside its own TorchRuntimeError
     (`Failed running call_function ...`), with the eager message on the next line: that message's signature says
-    what failed (a shape that does not broadcast), not the compiler."""
+    what failed (a shape that does not broadcast), not the compiler. Later versions word it `RuntimeError when
+    making fake tensor call` and put the eager error in the `Explanation:` line under it."""
     for c in candidates:
-        if c.role != "root" or c.pattern is None or c.pattern.id != _COMPILE_WRAPPER or "Failed running" not in c.text:
+        if c.role != "root" or c.pattern is None or c.pattern.id != _COMPILE_WRAPPER or not _TRACED_OP.search(c.text):
             continue
         detail = next(
             (

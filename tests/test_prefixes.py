@@ -208,6 +208,14 @@ CASES = [
         "g2-nasp",
         "*** MPI_ERR_ROOT: invalid root",
     ),  # public-mpi-backend-two-node-reduce-mpi-err-root-rank0: Open MPI's `[host:pid]` on its error block
+    (
+        "I1201 06:43:10.862 597 [1/2] engine.py:166] training from step 0 to 60, 2 ranks, batch 64/rank, precision bf16",
+        1,
+        None,
+        None,
+        None,
+        "training from step 0 to 60, 2 ranks, batch 64/rank, precision bf16",
+    ),  # gpu13-label-range-assert (node1.log): a trainer's glog-style header with rank/world after the pid
 ]
 
 
