@@ -12,7 +12,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 mkdir -p "$RESULTS/_meta"
 {
-  echo "date: $(date -u +%FT%TZ)"; uname -a; echo "nproc: $(nproc)"
+  echo "date: $(date -u +%FT%TZ)"; uname -a; echo "nproc: $(env -u OMP_NUM_THREADS nproc)"
   "$VENV/bin/python" -V
   "$VENV/bin/python" -c 'import torch, lightning, numpy; print("torch", torch.__version__); print("lightning", lightning.__version__); print("numpy", numpy.__version__)'
   "$VENV/bin/pip" freeze | grep -iE '^(torch|lightning|pytorch-lightning|numpy|tensorboard|pyyaml|torchmetrics)=='
