@@ -23,7 +23,7 @@ import regex
 
 from diagnose.discover import LogFile
 from diagnose.patterns import group_value
-from diagnose.prefixes import BRACKET_FIELDS_RANK, EMPTY, Prefix, split_prefix
+from diagnose.prefixes import BRACKET_FIELDS_RANK, EMPTY, GLOG_RANK_HEADER, Prefix, split_prefix
 from diagnose.rankset import parse_ranks
 from diagnose.readers import encodable, read_log
 from diagnose.scan import Hit, Scanner
@@ -342,13 +342,18 @@ def _attribute_single_process(rows: list[dict[str, Any]]) -> None:
     if any(later - earlier <= _INTERLEAVED_HEADERS for earlier, later in pairwise(starts)):
         return  # tracebacks begun on adjacent lines: several processes write here, not the one that named itself
     (rank,) = named
+    _claim_unlabelled(rows, rank)
+
+
+def _claim_unlabelled(rows: list[dict[str, Any]], rank: int) -> None:
+    """The file is one process's output: its lines that name no rank are that rank's, but for SLURM's own and the
+    launchers' exit records."""
     for row in rows:
-        if row["kind"] != "exit" and not row["text"].lstrip().startswith(_JOB_LEVEL_WRITERS):
+        if row["kind"] != "exit" and row["rank"] is None and not row["text"].lstrip().startswith(_JOB_LEVEL_WRITERS):
             row["rank"] = rank
 
 
-# a trainer's glog-style header naming its rank and world size after the pid (prefixes._GLOG)
-_OWN_HEADER_RANK = regex.compile(rb"(?m)^[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? \d+ \[(\d{1,6})/\d{1,6}\] ")
+_OWN_HEADER_RANK = regex.compile(rb"(?m)^" + GLOG_RANK_HEADER.encode())
 # torchrun's own records, written into the same file by its agent
 _AGENT_RECORD = regex.compile(r"^(?:torchrun-|elastic-)|torch/distributed/elastic")
 
@@ -365,9 +370,7 @@ def _attribute_own_header(rows: list[dict[str, Any]], data: bytes) -> None:
     own = [r for r in rows if r["kind"] != "exit" and not _AGENT_RECORD.search(f"{r.get('pattern') or ''} {r['text']}")]
     if any(r["local_rank"] is not None or r["task"] is not None or r["rank"] not in (None, rank) for r in own):
         return
-    for row in own:
-        if row["rank"] is None and not row["text"].lstrip().startswith(_JOB_LEVEL_WRITERS):
-            row["rank"] = rank
+    _claim_unlabelled(own, rank)
 
 
 def _attribute_summary_rows(rows: list[dict[str, Any]]) -> None:

@@ -124,7 +124,9 @@ _SOURCE_SUFFIXES = (".py", ".sh", ".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".so
 # `[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] `, torchelastic's
 # `E1129 16:48:08.288000 15679 torch/.../api.py:1028] ` and the old `[E ProcessGroupNCCL.cpp:916] `.
 # A trainer's own glog-style header may carry its rank and world size after the pid:
-# `I1201 06:43:05.137 597 [1/2] train.py:41] msg`.
+# `I1201 06:43:05.137 597 [1/2] train.py:41] msg` (ingest.py looks for that header at line starts in a file's bytes
+# to give the file's unlabelled lines its one rank).
+GLOG_RANK_HEADER = r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? \d+ \[(\d{1,6})/\d{1,6}\] "
 _GLOG = regex.compile(
     r"\[?[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?(?: \[(?P<rank>\d{1,6})/\d{1,6}\])? )?\s?[\w/.<>-]+:\d+\] "
 )

@@ -107,7 +107,7 @@ def read_log(path: Path, stdin_data: bytes | None = None) -> FileData:
 
 # ` 13 Traceback ...`: a line number an editor or viewer put in front (not a backtrace's `13 0x7f.. frame`)
 _EDITOR_NUMBER = re.compile(rb"^ *(\d{1,6})(?: (?!0x)|\r?$)")
-_EDITOR_NUMBERED_MAX = 1 << 20  # pastes are small; a job's own log is never numbered like this
+_PASTE_MAX = 1 << 20  # pastes are small; a job's own log is never numbered or indented as a whole
 _EDITOR_NUMBERED_SHARE = 0.8
 _EDITOR_NUMBERED_MIN = 5
 
@@ -116,7 +116,7 @@ def _without_editor_numbers(raw: bytes) -> bytes:
     """A paste copied out of an editor that numbers its lines carries those numbers in front of every line,
     hiding every prefix and traceback; read (in memory only) without them. Numbers must run consecutively
     over nearly every line, which a log's own leading numbers (iteration counts) never do."""
-    if len(raw) > _EDITOR_NUMBERED_MAX:
+    if len(raw) > _PASTE_MAX:
         return raw
     lines = raw.split(b"\n")
     found = [(i, m) for i, line in enumerate(lines) if (m := _EDITOR_NUMBER.match(line)) is not None]
@@ -139,7 +139,7 @@ def _without_common_indent(raw: bytes) -> bytes:
     traceback header and exception line off the start of its line; read (in memory only) without that shift. A
     job's own log always has lines at column 0, and a paste of frames alone (its shallowest lines `File "..."`)
     keeps its indentation."""
-    if len(raw) > _EDITOR_NUMBERED_MAX:
+    if len(raw) > _PASTE_MAX:
         return raw
     lines = raw.split(b"\n")
     depths = {len(line) - len(line.lstrip(b" ")) for line in lines if line.strip()}
