@@ -16,6 +16,9 @@ _DIGITS = regex.compile(r"\d+")
 # what CUDA's out-of-memory message adds after the request (the GPU's free memory, every process using it) is the
 # device's state, which differs from rank to rank: the same failed request on several ranks is one incident
 _OOM_STATE = regex.compile(r"(?<=Tried to allocate [\d.]+ [KMGT]?i?B)\..*")
+# Ray folds a line many workers printed into one copy: `... [repeated 3x across cluster]` (the first time with a note
+# on how to turn it off). The copy is the same failure as the workers' own lines.
+_RAY_REPEATED = regex.compile(r"(?:\x1b\[[0-9;]*m)* \[repeated \d+x across cluster\].*$")
 GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
 # the subcategory of a SIGABRT exit that is a rank's own NCCL watchdog taking it down after a collective timed out
 WATCHDOG_ABORT = "watchdog_abort"
@@ -48,7 +51,7 @@ class Candidate:
     def signature(self) -> tuple[str, str]:
         return (
             self.pattern.id if self.pattern else self.category,
-            _DIGITS.sub("N", _OOM_STATE.sub("", self.text))[:300],
+            _DIGITS.sub("N", _OOM_STATE.sub("", _RAY_REPEATED.sub("", self.text)))[:300],
         )
 
 

@@ -22,10 +22,12 @@ _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 # `(model_worker/12 pid=1)`), or Ray's own daemons (`(raylet)`, `(raylet, ip=...)`, `(gcs_server)`) printing a
 # worker that died while starting
 # A worker group's actor may carry its rank in its name (NeMo-RL's `(MegatronPolicyWorker[rank=8] pid=1, ip=...)`).
+# Ray colours the tag when its driver's output looks like a terminal: `\x1b[36m(RayTrainWorker pid=14161)\x1b[0m `
 _RAY = regex.compile(
     r"\((?:(?:[A-Za-z_][\w./]*(?:\[rank=(?P<rank>\d{1,6})\])?\s+)?pid=(?P<pid>\d+)|raylet|gcs_server)"
-    r"(?:,\s*ip=(?P<ip>[0-9a-fA-F.:]+))?\)\s"
+    r"(?:,\s*ip=(?P<ip>[0-9a-fA-F.:]+))?\)(?:\x1b\[[0-9;]*m)*\s"
 )
+_COLOUR = regex.compile(r"(?:\x1b\[[0-9;]*m)+")  # ANSI colour codes around a tag (Ray, rich, loguru)
 # vLLM's multiprocessing executor tags each worker's output with its rank: `(VllmWorker rank=3 pid=4665) `, or
 # in later versions its tensor-parallel index when that is the only parallelism: `(Worker_TP0 pid=3259) `
 _VLLM_WORKER = regex.compile(
@@ -171,7 +173,9 @@ def split_prefix(line: str) -> tuple[Prefix, str]:
     host = level = time = None
     pos = 0
     for _ in range(_MAX_STACK):
-        if (m := _RANK.match(line, pos)) is not None:
+        if line.startswith("\x1b", pos) and (m := _COLOUR.match(line, pos)) is not None:
+            pass
+        elif (m := _RANK.match(line, pos)) is not None:
             if rank is not None and local_rank is None:
                 # torchrun --role rank (torchtitan's scripts) labels LOCAL ranks `[rankN]:`; torch's own `[rankM]:`
                 # inside it is the global rank: `[rank0]:[rank8]: Traceback ...` on a second node
@@ -305,6 +309,8 @@ _GLUE = regex.compile(
     r"\[(?:default|rank)\d{1,7}\]:|(?<=[^\s:])torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"
     # a terminal paste whose line breaks became a run of spaces: the exception line after the last code line
     r"|(?<=\S {20,})(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): "
+    # ...or an mpirun tag after the padding a terminal added to fill its width: the next record's start
+    r"|(?<=\S {20,})\[(?:\d+,)?\d+\]<std(?:out|err)>:"
     # ...or whose line breaks became single spaces: torchelastic's glog header starts each of the agent's records
     r"|(?<=\S )[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [\w/.-]+:\d+\] "
 )

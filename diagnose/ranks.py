@@ -202,7 +202,7 @@ def resolve_ranks(
         pl.Series("grank", resolved, dtype=pl.Int64), pl.Series("rank_inferred", inferred, dtype=pl.Boolean)
     )
     frame = _srun_ends_under_tracebacks(_ranks_by_srun_task(frame, mapping), census)
-    return _ranks_by_nccl_comm(_ranks_by_pid(frame)), mapping
+    return _ranks_by_ray_worker_table(_ranks_by_nccl_comm(_ranks_by_pid(frame))), mapping
 
 
 def _ranks_by_srun_task(frame: pl.DataFrame, mapping: RankMap) -> pl.DataFrame:
@@ -312,6 +312,26 @@ def _ranks_by_gpu(
         if len(ranks) == 1:
             found_ranks[(host, pid)] = ranks.pop()
     return found_ranks
+
+
+_RAY_WORKER_TABLE = "ray-train-worker-rank"
+
+
+def _ranks_by_ray_worker_table(frame: pl.DataFrame) -> pl.DataFrame:
+    """Ray prefixes a worker's lines with its pid alone (`(RayTrainWorker pid=14161)`); the trainer's list of its
+    worker group (`- (ip=…, pid=14161) world_rank=1, …`) says which rank that pid is. A pid listed with two ranks
+    (two hosts' processes sharing a number) names neither."""
+    table = frame.filter(pl.col("pattern") == _RAY_WORKER_TABLE)
+    if table.is_empty():
+        return frame
+    ranks_of: dict[int, set[int]] = {}
+    for fields in table.get_column("fields").to_list():
+        found = json.loads(fields or "{}")
+        if found.get("worker_pid", "").isdigit() and found.get("world_rank", "").isdigit():
+            ranks_of.setdefault(int(found["worker_pid"]), set()).add(int(found["world_rank"]))
+    by_pid = {pid: ranks.pop() for pid, ranks in ranks_of.items() if len(ranks) == 1}
+    from_table = frame.get_column("pid").replace_strict(by_pid, default=None, return_dtype=pl.Int64)
+    return frame.with_columns(pl.coalesce(pl.col("grank"), from_table).alias("grank"))
 
 
 def _ranks_by_pid(frame: pl.DataFrame) -> pl.DataFrame:

@@ -249,6 +249,8 @@ def refine_by_cut_traceback(candidates: list[Candidate], cut: list[tuple[str, in
         _, _, phase, rank = below
         if c.rank is None and rank is not None and not c.from_traceback and not _EXCEPTION_LINE.match(c.text):
             c.rank, c.rank_inferred = rank, True  # (an exception line there may be another process's, unprefixed)
+        if not c.phase and c.category == "checkpoint" and phase == "data_loading":
+            c.category = "data"  # a file write failing while a dataset was built: its cache, as refine_by_phase says
         if c.phase or c.priority >= GENERIC_PRIORITY or _PROGRAMMING_ERROR.match(c.text):
             continue
         if phase in PHASE_CATEGORY:

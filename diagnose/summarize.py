@@ -99,7 +99,7 @@ def _decide_verdict(
         )
         # Ray folded the same line from many workers into one ("[repeated 12x across cluster]"): the ranks shown
         # are only the workers whose copy kept a rank, not the one that failed
-        folded = any(_RAY_DEDUP.search(c.text.rstrip()) for c in root.candidates)
+        folded = _RAY_DEDUP.search(first.text.rstrip()) is not None
         if folded:
             ranks = []
         if not ranks and first.category not in EVERY_PROCESS_FAILS and not _compile_error(first):
