@@ -10,6 +10,7 @@ from typing import Any
 import regex
 
 from diagnose.patterns import Pattern
+from diagnose.prefixes import ANSI_CODE
 
 Row = dict[str, Any]
 _DIGITS = regex.compile(r"\d+")
@@ -18,7 +19,7 @@ _DIGITS = regex.compile(r"\d+")
 _OOM_STATE = regex.compile(r"(?<=Tried to allocate [\d.]+ [KMGT]?i?B)\..*")
 # Ray folds a line many workers printed into one copy: `... [repeated 3x across cluster]` (the first time with a note
 # on how to turn it off). The copy is the same failure as the workers' own lines.
-_RAY_REPEATED = regex.compile(r"(?:\x1b\[[0-9;]*m)* \[repeated \d+x across cluster\].*$")
+_RAY_REPEATED = regex.compile(f"(?:{ANSI_CODE})*" + r" \[repeated \d+x across cluster\].*$")
 GENERIC_PRIORITY = 20  # below this a signature is a catch-all (patterns/README.md)
 # the subcategory of a SIGABRT exit that is a rank's own NCCL watchdog taking it down after a collective timed out
 WATCHDOG_ABORT = "watchdog_abort"

@@ -22,12 +22,13 @@ _ROLE = regex.compile(r"\[([A-Za-z_][A-Za-z_-]{0,30}?)(\d{1,6})\]: ?")
 # `(model_worker/12 pid=1)`), or Ray's own daemons (`(raylet)`, `(raylet, ip=...)`, `(gcs_server)`) printing a
 # worker that died while starting
 # A worker group's actor may carry its rank in its name (NeMo-RL's `(MegatronPolicyWorker[rank=8] pid=1, ip=...)`).
+ANSI_CODE = r"\x1b\[[0-9;]*m"  # a terminal colour code (Ray, rich, loguru colour their tags)
 # Ray colours the tag when its driver's output looks like a terminal: `\x1b[36m(RayTrainWorker pid=14161)\x1b[0m `
 _RAY = regex.compile(
     r"\((?:(?:[A-Za-z_][\w./]*(?:\[rank=(?P<rank>\d{1,6})\])?\s+)?pid=(?P<pid>\d+)|raylet|gcs_server)"
-    r"(?:,\s*ip=(?P<ip>[0-9a-fA-F.:]+))?\)(?:\x1b\[[0-9;]*m)*\s"
+    r"(?:,\s*ip=(?P<ip>[0-9a-fA-F.:]+))?\)(?:" + ANSI_CODE + r")*\s"
 )
-_COLOUR = regex.compile(r"(?:\x1b\[[0-9;]*m)+")  # ANSI colour codes around a tag (Ray, rich, loguru)
+_COLOUR = regex.compile(f"(?:{ANSI_CODE})+")
 # vLLM's multiprocessing executor tags each worker's output with its rank: `(VllmWorker rank=3 pid=4665) `, or
 # in later versions its tensor-parallel index when that is the only parallelism: `(Worker_TP0 pid=3259) `
 _VLLM_WORKER = regex.compile(
